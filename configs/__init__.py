@@ -1,0 +1,1 @@
+"""configs (populated by later issues)."""

@@ -1,0 +1,39 @@
+"""robolearn: batched MuJoCo simulation, RL learners and a sim2real path in one package.
+
+``robolearn.make(task_id, num_envs)`` builds a batched environment of a registered task;
+``robolearn.list_tasks()`` names them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from robolearn.envs.batched_env import BatchedEnv
+
+
+def _load_tasks() -> None:
+    # The task families register themselves on import; envs may not import tasks (DESIGN.md),
+    # so the package facade does it.
+    import robolearn.tasks  # noqa: F401
+
+
+def make(task_id: str, num_envs: int = 1, **kwargs: Any) -> BatchedEnv:
+    """Build ``num_envs`` worlds of task ``task_id`` (see :func:`robolearn.envs.make` for options)."""
+    _load_tasks()
+    from robolearn.envs.registry import make as _make
+
+    return _make(task_id, num_envs, **kwargs)
+
+
+def list_tasks() -> list[str]:
+    """Every registered task id."""
+    _load_tasks()
+    from robolearn.envs.registry import list_tasks as _list
+
+    return _list()
+
+
+__all__ = ["__version__", "list_tasks", "make"]

@@ -1,0 +1,1 @@
+"""algos (populated by later issues)."""

@@ -1,0 +1,1 @@
+"""cli (populated by later issues)."""

@@ -1,0 +1,1 @@
+"""data (populated by later issues)."""

@@ -1,0 +1,266 @@
+"""``BatchedEnv``: N worlds of one task, stepped together, reset by index inside ``step``.
+
+The contract (DESIGN.md, "BatchedEnv"): ``step(action[N, A]) -> (obs, reward[N], terminated[N],
+truncated[N], info)``; ``obs`` is a dict of named groups; done worlds are reset inside ``step``
+and their pre-reset observation is in ``info["final_obs"]``; terminated and truncated stay
+separate. Gymnasium's vector API calls this the "same-step" autoreset mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from robolearn.envs.cfg import TaskCfg
+from robolearn.envs.managers import (
+    ActionManager,
+    CommandManager,
+    EventManager,
+    ObservationManager,
+    RewardManager,
+    TerminationManager,
+)
+from robolearn.sim import compile_model, load_spec, make_backend
+from robolearn.types import Obs
+from robolearn.utils.rng import WorldRNG
+
+log = logging.getLogger(__name__)
+
+
+class BatchedEnv:
+    """A manager-based batched environment built from a declarative :class:`TaskCfg`."""
+
+    def __init__(
+        self,
+        cfg: TaskCfg,
+        num_envs: int = 1,
+        *,
+        device: str | torch.device = "cpu",
+        backend: str = "mujoco",
+        seed: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        nthread: int | None = None,
+        task_id: str = "",
+    ) -> None:
+        """Compile the task's model, build the backend and managers, and reset every world.
+
+        Args:
+            cfg: the task.
+            num_envs: number of worlds N.
+            device: where tensors live (the MuJoCo CPU backend needs ``cpu``).
+            backend: simulation backend name (``mujoco`` or ``reference``).
+            seed: seed of the per-world random streams; ``None`` draws one from the OS.
+            dtype: floating dtype of observations and rewards (physics runs in float64).
+            nthread: physics threads; ``None`` uses every core.
+            task_id: the registered id, for messages and specs.
+        """
+        if int(num_envs) < 1:
+            raise ValueError(f"num_envs: expected an integer >= 1, got {num_envs}")
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ValueError(f"dtype: expected a torch floating dtype, got {dtype!r}")
+        self.cfg = cfg
+        self.task_id = task_id
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % (2**63))
+        self.seed = int(seed)
+        self.rng = WorldRNG(self.seed, self.num_envs)
+        self.all_ids = torch.arange(self.num_envs)
+
+        spec = load_spec(cfg.mjcf)
+        ActionManager.edit_spec(spec, cfg.actions)
+        if cfg.timestep is not None:
+            if cfg.timestep <= 0:
+                raise ValueError(f"timestep: expected a positive number of seconds, got {cfg.timestep}")
+            spec.option.timestep = cfg.timestep
+        self.model = compile_model(spec, contact_forces=cfg.contact_forces, source=f"MJCF of task {task_id!r}")
+        if cfg.decimation < 1:
+            raise ValueError(f"decimation: expected an integer >= 1, got {cfg.decimation}")
+        if cfg.episode_length < 1:
+            raise ValueError(f"episode_length: expected an integer >= 1, got {cfg.episode_length}")
+        self.sim = make_backend(
+            backend,
+            self.model,
+            self.num_envs,
+            decimation=cfg.decimation,
+            forward_after_step=cfg.forward_after_step,
+            device=self.device,
+            nthread=nthread,
+        )
+        self.physics_dt = float(self.model.opt.timestep)
+        self.dt = self.physics_dt * cfg.decimation
+        self.max_episode_length = int(cfg.episode_length)
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long)
+        self.num_diverged = 0
+
+        self.action_manager = ActionManager(self.model, cfg.actions)
+        self.action_dim = self.action_manager.dim
+        self.action = torch.zeros(self.num_envs, self.action_dim, dtype=torch.float64)
+        self.prev_action = torch.zeros_like(self.action)
+        self.ctrl_low, self.ctrl_high = self._action_bounds()
+        # Positions before the current step, for finite-difference velocities (as Gymnasium).
+        self.prev_qpos = self.sim.qpos.clone()
+
+        self.command_manager = CommandManager(self, cfg.commands)
+        self.event_manager = EventManager(self, cfg.events)
+        self.reward_manager = RewardManager(self, cfg.rewards)
+        self.termination_manager = TerminationManager(self, cfg.terminations)
+        self.event_manager.apply("startup", self.all_ids)
+        self._reset_worlds(self.all_ids)
+        self.observation_manager = ObservationManager(self, cfg.observations)
+        self.obs_dims = dict(self.observation_manager.dims)
+        self._obs: Obs | None = None
+
+    # -- public API --------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
+        """Reset every world (re-seeding the streams if ``seed`` is given); return ``(obs, info)``."""
+        if seed is not None:
+            self.seed = int(seed)
+            self.rng = WorldRNG(self.seed, self.num_envs)
+        self._reset_worlds(self.all_ids)
+        self._obs = self.observation_manager.compute()
+        return self._obs, {}
+
+    def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Advance every world one control step; reset the done ones by index (see the module doc)."""
+        action = self._check_action(action)
+        self.prev_action = self.action
+        self.action = action.to(torch.float64)
+        ctrl = self.action_manager.process(self.action)
+        self.prev_qpos.copy_(self.sim.qpos)
+        diverged = self.sim.step(ctrl)
+        self.episode_length += 1
+        if self.event_manager.by_mode["interval"]:
+            self.event_manager.step(self.dt)
+        if self.command_manager.terms:
+            self.command_manager.step(self.dt)
+
+        reward, reward_terms = self.reward_manager.compute()
+        terminated, truncated = self.termination_manager.compute()
+        obs = self.observation_manager.compute()
+        info: dict[str, Any] = {"final_obs": obs, "reward_terms": reward_terms, "diverged": diverged}
+        done = terminated | truncated | diverged
+        if bool(done.any()):
+            ids = torch.nonzero(done).flatten()
+            if bool(diverged.any()):
+                # MuJoCo already put a diverged world back to its defaults; its step is void, so it
+                # ends as a truncation with zero reward and a warning, never a crash or a NaN.
+                n = int(diverged.sum())
+                self.num_diverged += n
+                log.warning("%d world(s) of %s diverged (MuJoCo instability); reset them", n, self.task_id)
+                reward = torch.where(diverged, torch.zeros_like(reward), reward)
+                truncated = (truncated | diverged) & ~terminated
+            info["episode"] = self._episode_stats(ids)
+            self._reset_worlds(ids)
+            fresh = self.observation_manager.compute(ids)
+            obs = {g: t.clone() for g, t in obs.items()}
+            for g, t in fresh.items():
+                obs[g][ids] = t
+        info["num_diverged"] = self.num_diverged
+        self._obs = obs
+        return obs, reward.to(self.dtype), terminated, truncated, info
+
+    @property
+    def obs(self) -> Obs:
+        """The latest observation groups (computed on first access)."""
+        if self._obs is None:
+            self._obs = self.observation_manager.compute()
+        return self._obs
+
+    # -- helpers for terms -------------------------------------------------------------------
+    def draw_uniform(self, env_ids: torch.Tensor, size: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
+        """Uniform draws ``[len(env_ids), size]`` from those worlds' own streams (float64)."""
+        return torch.from_numpy(self.rng.uniform(env_ids.numpy(), size, low, high))
+
+    def draw_normal(self, env_ids: torch.Tensor, size: int, std: float = 1.0) -> torch.Tensor:
+        """Gaussian draws ``[len(env_ids), size]`` from those worlds' own streams (float64)."""
+        return torch.from_numpy(self.rng.normal(env_ids.numpy(), size, std))
+
+    def draw_noise(self, env_ids: torch.Tensor, kind: str, scale: float, size: int) -> torch.Tensor:
+        """Observation noise of ``kind`` (``uniform`` or ``gaussian``) for ``env_ids``."""
+        if kind == "uniform":
+            return self.draw_uniform(env_ids, size, -scale, scale)
+        if kind == "gaussian":
+            return self.draw_normal(env_ids, size, scale)
+        raise ValueError(f"noise.kind: expected 'uniform' or 'gaussian', got {kind!r}")
+
+    def close(self) -> None:
+        """Release resources (renderers); the physics is freed with the object."""
+        renderer = self.__dict__.pop("_renderer", None)
+        if renderer is not None:
+            renderer.close()
+
+    def render(self, world_ids: list[int] | None = None, width: int = 320, height: int = 240, camera: str | int = -1) -> np.ndarray:
+        """RGB frames ``[len(world_ids), H, W, 3]`` uint8 of selected worlds (default: world 0)."""
+        from robolearn.sim.render import BatchRenderer
+
+        renderer = self.__dict__.get("_renderer")
+        if renderer is None or renderer.size != (width, height):
+            if renderer is not None:
+                renderer.close()
+            renderer = BatchRenderer(self.model, width=width, height=height)
+            self.__dict__["_renderer"] = renderer
+        return renderer.render(self.sim, world_ids or [0], camera=camera)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _reset_worlds(self, ids: torch.Tensor) -> None:
+        """Reset worlds ``ids``: reset events (model fields), initial state, counters, commands."""
+        self.event_manager.apply("reset", ids)
+        init = self.cfg.initial_state
+        if init.func is None:
+            qpos, qvel = None, None
+        else:
+            qpos, qvel = init.func(self, ids, **init.params)
+        self.sim.reset(ids, qpos, qvel)
+        self.prev_qpos[ids] = self.sim.qpos[ids]
+        self.episode_length[ids] = 0
+        self.action[ids] = 0.0
+        self.prev_action[ids] = 0.0
+        self.reward_manager.episode_sums[ids] = 0.0
+        self.command_manager.reset(ids)
+
+    def _episode_stats(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Returns, lengths and per-term sums of the episodes ending now (one row per world)."""
+        sums = self.reward_manager.episode_sums[ids]
+        stats = {"env_ids": ids, "return": sums.sum(dim=1), "length": self.episode_length[ids].clone()}
+        for k, name in enumerate(self.reward_manager.names):
+            stats[f"reward/{name}"] = sums[:, k]
+        return stats
+
+    def _check_action(self, action: Any) -> torch.Tensor:
+        """The action as a tensor, or an error naming the problem and what was expected."""
+        if not isinstance(action, torch.Tensor):
+            arr = np.asarray(action)
+            if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+                raise TypeError(f"action: expected a float tensor of shape ({self.num_envs}, {self.action_dim}), got {type(action).__name__}")
+            action = torch.from_numpy(arr)
+        expected = (self.num_envs, self.action_dim)
+        if tuple(action.shape) != expected:
+            raise ValueError(f"action: expected shape {expected} (num_envs, action_dim), got {tuple(action.shape)}")
+        if not action.is_floating_point():
+            raise TypeError(f"action: expected a floating-point dtype, got {action.dtype}")
+        if not bool(torch.isfinite(action).all()):
+            bad = torch.nonzero(~torch.isfinite(action))[0].tolist()
+            raise ValueError(f"action: non-finite value {action[bad[0], bad[1]].item()} at world {bad[0]}, index {bad[1]}")
+        return action
+
+    def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action bounds implied by the actuators' control ranges (inf where unlimited)."""
+        am = self.action_manager
+        lo = np.full(am.dim, -np.inf)
+        hi = np.full(am.dim, np.inf)
+        idx = am.index.numpy()
+        limited = self.model.actuator_ctrllimited[idx].astype(bool)
+        rng = self.model.actuator_ctrlrange[idx]
+        scale, offset = am.scale.numpy(), am.offset.numpy()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = (rng[:, 0] - offset) / scale
+            b = (rng[:, 1] - offset) / scale
+        lo[limited] = np.minimum(a, b)[limited]
+        hi[limited] = np.maximum(a, b)[limited]
+        return torch.from_numpy(lo), torch.from_numpy(hi)

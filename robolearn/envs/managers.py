@@ -1,0 +1,318 @@
+"""The managers: each turns one section of a :class:`TaskCfg` into batched tensor computations.
+
+They are deliberately thin: per step, each term is one function call on ``[N, ...]`` tensors and
+the manager combines the results with as few torch operations as possible, since at small N the
+per-operation overhead, not the arithmetic, is what competes with the physics.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import mujoco
+import numpy as np
+import torch
+
+from robolearn.envs.cfg import ActionTerm, CommandTerm, EventTerm, ObsGroup, RewardTerm, TerminationTerm
+from robolearn.types import OBS_GROUPS
+
+if TYPE_CHECKING:
+    from robolearn.envs.batched_env import BatchedEnv
+
+
+def _vector(value: Any, n: int, name: str) -> torch.Tensor:
+    """A scalar or length-``n`` sequence as a float64 ``[n]`` tensor, or an error naming ``name``."""
+    t = torch.as_tensor(value, dtype=torch.float64).flatten()
+    if t.numel() == 1:
+        return t.expand(n).clone()
+    if t.numel() != n:
+        raise ValueError(f"{name}: expected a scalar or {n} values, got {t.numel()}")
+    return t
+
+
+class ObservationManager:
+    """Computes every observation group as one concatenated ``[N, D]`` tensor per group."""
+
+    def __init__(self, env: BatchedEnv, groups: dict[str, ObsGroup]) -> None:
+        """Probe each term once to learn its width and build the noise/clip/scale hooks."""
+        for name in groups:
+            if name not in OBS_GROUPS:
+                raise ValueError(f"observations: unknown group {name!r}; expected one of {', '.join(OBS_GROUPS)}")
+        self.env = env
+        self.groups = groups
+        self.term_dims: dict[str, dict[str, int]] = {}
+        self._history: dict[str, torch.Tensor] = {}
+        for gname, group in groups.items():
+            dims = {}
+            for tname, term in group.terms.items():
+                value = term.func(env, **term.params)
+                if value.shape[0] != env.num_envs:
+                    raise ValueError(
+                        f"observations.{gname}.{tname}: term returned leading dim {value.shape[0]}, "
+                        f"expected num_envs={env.num_envs}"
+                    )
+                dims[tname] = int(value.reshape(env.num_envs, -1).shape[1])
+                if term.scale is not None:
+                    term.__dict__["_scale"] = _vector(term.scale, dims[tname], f"observations.{gname}.{tname}.scale")
+            self.term_dims[gname] = dims
+        self.dims = {g: sum(d.values()) * max(1, groups[g].history_length) for g, d in self.term_dims.items()}
+
+    def compute(self, env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """All groups at the current state, in the env's observation dtype.
+
+        With ``env_ids`` (worlds just reset) only those rows are returned, ``[len(env_ids), D]``:
+        noise is drawn for those worlds only, so each world's random stream is independent of the
+        others, and their history windows restart filled with the new frame.
+        """
+        env = self.env
+        out: dict[str, torch.Tensor] = {}
+        for gname, group in self.groups.items():
+            parts = []
+            for tname, term in group.terms.items():
+                value = term.func(env, **term.params)
+                if value.ndim == 1:
+                    value = value.unsqueeze(1)
+                if env_ids is not None:
+                    value = value[env_ids]
+                if term.noise is not None and group.enable_noise and term.noise.scale > 0:
+                    ids = env.all_ids if env_ids is None else env_ids
+                    value = value + env.draw_noise(ids, term.noise.kind, term.noise.scale, value.shape[1])
+                if term.clip is not None:
+                    value = value.clamp(term.clip[0], term.clip[1])
+                if term.scale is not None:
+                    value = value * term.__dict__["_scale"]
+                parts.append(value)
+            frame = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(env.dtype)
+            if group.history_length > 1:
+                frame = self._push_history(gname, frame, group.history_length, env_ids)
+            out[gname] = frame
+        return out
+
+    def _push_history(
+        self, gname: str, frame: torch.Tensor, length: int, env_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Append ``frame`` to the group's window (or restart the windows of ``env_ids``)."""
+        hist = self._history.get(gname)
+        if hist is None:
+            hist = frame.unsqueeze(1).repeat(1, length, 1)
+            self._history[gname] = hist
+            return hist.flatten(1)
+        if env_ids is not None:
+            fresh = frame.unsqueeze(1).expand(-1, length, -1)
+            hist[env_ids] = fresh
+            return fresh.flatten(1)
+        hist = torch.cat([hist[:, 1:], frame.unsqueeze(1)], dim=1)
+        self._history[gname] = hist
+        return hist.flatten(1)
+
+
+class ActionManager:
+    """Maps the ``[N, A]`` action to MuJoCo controls ``[N, nu]`` (scale, offset, clip)."""
+
+    def __init__(self, model: mujoco.MjModel, terms: dict[str, ActionTerm]) -> None:
+        """Resolve actuator names; the control vector is filled at the resolved actuator indices."""
+        self.terms = terms
+        self.nu = model.nu
+        index: list[int] = []
+        scales, offsets, lows, highs = [], [], [], []
+        self.term_slices: dict[str, slice] = {}
+        for name, term in terms.items():
+            ids = _actuator_ids(model, term, name)
+            n = len(ids)
+            start = len(index)
+            index.extend(ids)
+            self.term_slices[name] = slice(start, start + n)
+            scales.append(_vector(term.scale, n, f"actions.{name}.scale"))
+            if term.offset == "default":
+                if term.kind != "joint_pos":
+                    raise ValueError(f"actions.{name}.offset: 'default' needs kind 'joint_pos', got {term.kind!r}")
+                jnt = model.actuator_trnid[ids, 0]
+                offsets.append(torch.as_tensor(model.qpos0[model.jnt_qposadr[jnt]], dtype=torch.float64))
+            else:
+                offsets.append(_vector(term.offset, n, f"actions.{name}.offset"))
+            lo, hi = term.clip if term.clip is not None else (-np.inf, np.inf)
+            if lo > hi:
+                raise ValueError(f"actions.{name}.clip: low {lo} > high {hi}")
+            lows.append(torch.full((n,), float(lo), dtype=torch.float64))
+            highs.append(torch.full((n,), float(hi), dtype=torch.float64))
+        if len(set(index)) != len(index):
+            raise ValueError("actions: an actuator is driven by more than one action term")
+        self.dim = len(index)
+        self.index = torch.as_tensor(index, dtype=torch.long)
+        self.identity = index == list(range(self.nu))
+        self.scale = torch.cat(scales)
+        self.offset = torch.cat(offsets)
+        self.low, self.high = torch.cat(lows), torch.cat(highs)
+        self.trivial_scale = bool((self.scale == 1).all() and (self.offset == 0).all())
+        self.clipped = bool(torch.isfinite(self.low).any() or torch.isfinite(self.high).any())
+        self._ctrl: torch.Tensor | None = None
+
+    def process(self, action: torch.Tensor) -> torch.Tensor:
+        """Controls ``[N, nu]`` float64 from actions ``[N, A]``."""
+        a = action.to(torch.float64)
+        if self.clipped:
+            a = torch.maximum(torch.minimum(a, self.high), self.low)
+        if not self.trivial_scale:
+            a = torch.addcmul(self.offset, a, self.scale)
+        if self.identity:
+            return a
+        if self._ctrl is None or self._ctrl.shape[0] != a.shape[0]:
+            self._ctrl = torch.zeros(a.shape[0], self.nu, dtype=torch.float64)
+        self._ctrl[:, self.index] = a
+        return self._ctrl
+
+    @staticmethod
+    def edit_spec(spec: mujoco.MjSpec, terms: dict[str, ActionTerm]) -> None:
+        """Turn the actuators of ``joint_pos``/``joint_vel`` terms into PD servos, before compiling."""
+        for name, term in terms.items():
+            if term.kind == "torque" or (term.kp is None and term.kd is None):
+                continue
+            acts = [a for a in spec.actuators if term.actuators is None or a.name in term.actuators]
+            kp = _vector(term.kp if term.kp is not None else 0.0, len(acts), f"actions.{name}.kp")
+            kd = _vector(term.kd if term.kd is not None else 0.0, len(acts), f"actions.{name}.kd")
+            for k, act in enumerate(acts):
+                gain = float(kp[k]) if term.kind == "joint_pos" else float(kd[k])
+                act.gaintype = mujoco.mjtGain.mjGAIN_FIXED
+                act.biastype = mujoco.mjtBias.mjBIAS_AFFINE
+                act.gainprm[:3] = [gain, 0.0, 0.0]
+                bias_q = -float(kp[k]) if term.kind == "joint_pos" else 0.0
+                act.biasprm[:3] = [0.0, bias_q, -float(kd[k])]
+                act.gear[0] = 1.0
+
+
+def _actuator_ids(model: mujoco.MjModel, term: ActionTerm, name: str) -> list[int]:
+    if term.kind not in ("torque", "joint_pos", "joint_vel"):
+        raise ValueError(f"actions.{name}.kind: expected 'torque', 'joint_pos' or 'joint_vel', got {term.kind!r}")
+    if term.actuators is None:
+        return list(range(model.nu))
+    ids = []
+    known = [model.actuator(i).name for i in range(model.nu)]
+    for act in term.actuators:
+        i = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, act)
+        if i < 0:
+            raise ValueError(f"actions.{name}.actuators: unknown actuator {act!r}; the model has {known}")
+        ids.append(i)
+    return ids
+
+
+class RewardManager:
+    """Weighted sum of named terms; keeps per-term episode sums for logging."""
+
+    def __init__(self, env: BatchedEnv, terms: dict[str, RewardTerm]) -> None:
+        """Drop zero-weight terms (they cost time and add nothing)."""
+        self.env = env
+        self.terms = {k: t for k, t in terms.items() if t.weight != 0.0}
+        self.names = list(self.terms)
+        self.weights = torch.tensor([t.weight for t in self.terms.values()], dtype=torch.float64)
+        self.episode_sums = torch.zeros(env.num_envs, len(self.names), dtype=torch.float64)
+
+    def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reward ``[N]`` and the weighted per-term values ``[N, T]``."""
+        env = self.env
+        if not self.names:
+            zeros = torch.zeros(env.num_envs, dtype=torch.float64)
+            return zeros, zeros.unsqueeze(1)[:, :0]
+        raw = torch.stack([t.func(env, **t.params) for t in self.terms.values()], dim=1)
+        weighted = raw * self.weights
+        self.episode_sums += weighted
+        return weighted.sum(dim=1), weighted
+
+
+class TerminationManager:
+    """Evaluates termination and time-out terms; the episode-length time-out is built in."""
+
+    def __init__(self, env: BatchedEnv, terms: dict[str, TerminationTerm]) -> None:
+        """Split terms into terminations and time-outs."""
+        self.env = env
+        self.terms = terms
+        self.fired: dict[str, torch.Tensor] = {}
+
+    def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``terminated[N]`` and ``truncated[N]`` bool tensors."""
+        env = self.env
+        truncated = env.episode_length >= env.max_episode_length
+        terminated = torch.zeros_like(truncated)
+        for name, term in self.terms.items():
+            fired = term.func(env, **term.params)
+            self.fired[name] = fired
+            if term.time_out:
+                truncated = truncated | fired
+            else:
+                terminated = terminated | fired
+        # An MDP end takes precedence: a world that both terminates and times out is terminal.
+        return terminated, truncated & ~terminated
+
+
+class EventManager:
+    """Runs start-up, reset and interval events."""
+
+    def __init__(self, env: BatchedEnv, terms: dict[str, EventTerm]) -> None:
+        """Validate modes and prepare per-world interval timers."""
+        self.env = env
+        for name, term in terms.items():
+            if term.mode not in ("startup", "reset", "interval"):
+                raise ValueError(f"events.{name}.mode: expected startup, reset or interval, got {term.mode!r}")
+            lo, hi = term.interval_range_s
+            if term.mode == "interval" and not 0 < lo <= hi:
+                raise ValueError(f"events.{name}.interval_range_s: expected 0 < low <= high, got {term.interval_range_s}")
+        self.by_mode = {m: {k: t for k, t in terms.items() if t.mode == m} for m in ("startup", "reset", "interval")}
+        self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64) for k in self.by_mode["interval"]}
+
+    def apply(self, mode: str, env_ids: torch.Tensor) -> None:
+        """Run every event of ``mode`` on ``env_ids``."""
+        for name, term in self.by_mode[mode].items():
+            term.func(self.env, env_ids, **term.params)
+        if mode == "reset":
+            for name in self.timers:
+                self._rearm(name, env_ids)
+
+    def _rearm(self, name: str, env_ids: torch.Tensor) -> None:
+        lo, hi = self.by_mode["interval"][name].interval_range_s
+        self.timers[name][env_ids] = self.env.draw_uniform(env_ids, 1, lo, hi)[:, 0]
+
+    def step(self, dt: float) -> None:
+        """Advance interval timers; fire the events whose timers ran out."""
+        for name, term in self.by_mode["interval"].items():
+            timer = self.timers[name]
+            timer -= dt
+            due = torch.nonzero(timer <= 0).flatten()
+            if due.numel():
+                term.func(self.env, due, **term.params)
+                self._rearm(name, due)
+
+
+class CommandManager:
+    """Holds each command ``[N, dim]`` and resamples it per world at reset and on its timer."""
+
+    def __init__(self, env: BatchedEnv, terms: dict[str, CommandTerm]) -> None:
+        """Allocate command buffers and timers."""
+        self.env = env
+        self.terms = terms
+        self.values = {k: torch.zeros(env.num_envs, t.dim, dtype=torch.float64) for k, t in terms.items()}
+        self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64) for k in terms}
+
+    def resample(self, name: str, env_ids: torch.Tensor) -> None:
+        """Draw fresh commands and timers for ``env_ids``."""
+        term = self.terms[name]
+        if env_ids.numel() == 0:
+            return
+        value = term.func(self.env, env_ids, **term.params)
+        if value.shape != (env_ids.numel(), term.dim):
+            raise ValueError(f"commands.{name}: expected shape {(env_ids.numel(), term.dim)}, got {tuple(value.shape)}")
+        self.values[name][env_ids] = value.to(torch.float64)
+        lo, hi = term.resampling_time_s
+        self.timers[name][env_ids] = self.env.draw_uniform(env_ids, 1, lo, hi)[:, 0]
+
+    def reset(self, env_ids: torch.Tensor) -> None:
+        """Resample every command for reset worlds."""
+        for name in self.terms:
+            self.resample(name, env_ids)
+
+    def step(self, dt: float) -> None:
+        """Advance timers and resample where they ran out."""
+        for name in self.terms:
+            timer = self.timers[name]
+            timer -= dt
+            due = torch.nonzero(timer <= 0).flatten()
+            if due.numel():
+                self.resample(name, due)

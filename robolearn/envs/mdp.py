@@ -1,0 +1,90 @@
+"""Generic MDP terms: small functions over the batched state, reused by every task family.
+
+Observation and reward terms are ``(env, **params) -> Tensor[N, ...]``; initial-state terms are
+``(env, env_ids, **params) -> (qpos, qvel)``; events are ``(env, env_ids, **params) -> None``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from robolearn.envs.batched_env import BatchedEnv
+
+
+# -- observations ----------------------------------------------------------------------------
+def qpos(env: BatchedEnv, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Generalised positions ``qpos[:, start:stop]``."""
+    return env.sim.qpos[:, start:stop]
+
+
+def qvel(env: BatchedEnv, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Generalised velocities ``qvel[:, start:stop]``."""
+    return env.sim.qvel[:, start:stop]
+
+
+def last_action(env: BatchedEnv) -> torch.Tensor:
+    """The action applied at the last step ``[N, A]``."""
+    return env.action
+
+
+def hinge_cos_sin(env: BatchedEnv, qpos_index: int) -> torch.Tensor:
+    """``[cos(q), sin(q)]`` of one hinge angle: continuous, unlike the wrapped angle."""
+    angle = env.sim.qpos[:, qpos_index]
+    return torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
+
+
+def command(env: BatchedEnv, name: str) -> torch.Tensor:
+    """The current value of command ``name`` ``[N, dim]``."""
+    return env.command_manager.values[name]
+
+
+# -- rewards ---------------------------------------------------------------------------------
+def forward_velocity(env: BatchedEnv, qpos_index: int = 0) -> torch.Tensor:
+    """Finite-difference velocity of one coordinate over the control step, as Gymnasium computes it."""
+    return (env.sim.qpos[:, qpos_index] - env.prev_qpos[:, qpos_index]) / env.dt
+
+
+def action_l2(env: BatchedEnv) -> torch.Tensor:
+    """Squared norm of the action ``sum(a^2)``; weight it negatively as a cost."""
+    a = env.action
+    return (a * a).sum(dim=1)
+
+
+def alive(env: BatchedEnv) -> torch.Tensor:
+    """1 for every world, every step."""
+    return torch.ones(env.num_envs, dtype=torch.float64)
+
+
+# -- terminations ----------------------------------------------------------------------------
+def non_finite_state(env: BatchedEnv) -> torch.Tensor:
+    """True where ``qpos`` or ``qvel`` holds NaN or inf."""
+    return ~(torch.isfinite(env.sim.qpos).all(dim=1) & torch.isfinite(env.sim.qvel).all(dim=1))
+
+
+# -- initial state ---------------------------------------------------------------------------
+def default_state(env: BatchedEnv, env_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's ``qpos0`` and zero velocity for every reset world."""
+    n = env_ids.numel()
+    q0 = torch.as_tensor(env.model.qpos0, dtype=torch.float64)
+    return q0.expand(n, -1).clone(), torch.zeros(n, env.model.nv, dtype=torch.float64)
+
+
+def noisy_state(
+    env: BatchedEnv,
+    env_ids: torch.Tensor,
+    qpos_uniform: float = 0.0,
+    qvel_uniform: float = 0.0,
+    qvel_gaussian: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``qpos0 + U(-a, a)`` and ``U(-b, b)`` or ``N(0, c^2)`` velocities (Gymnasium's reset noise)."""
+    qpos0, qvel0 = default_state(env, env_ids)
+    if qpos_uniform:
+        qpos0 += env.draw_uniform(env_ids, env.model.nq, -qpos_uniform, qpos_uniform)
+    if qvel_uniform:
+        qvel0 += env.draw_uniform(env_ids, env.model.nv, -qvel_uniform, qvel_uniform)
+    if qvel_gaussian:
+        qvel0 += env.draw_normal(env_ids, env.model.nv, qvel_gaussian)
+    return qpos0, qvel0

@@ -1,0 +1,1 @@
+"""export (populated by later issues)."""

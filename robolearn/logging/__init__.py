@@ -1,0 +1,1 @@
+"""logging (populated by later issues)."""

@@ -1,0 +1,1 @@
+"""nn (populated by later issues)."""

@@ -1,0 +1,1 @@
+"""runners (populated by later issues)."""

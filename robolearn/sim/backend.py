@@ -1,0 +1,169 @@
+"""The ``SimBackend`` contract: N worlds of one model on one device, read and written as tensors.
+
+Every backend (MuJoCo CPU batch, the reference loop, MJX, MuJoCo Warp, Isaac) implements this
+protocol and passes the same conformance suite (``tests/test_sim_conformance.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import mujoco
+import numpy as np
+import torch
+
+# Model fields that domain randomisation may change per world, by friendly name. Values are
+# MuJoCo MjModel field names (``opt.<name>`` for MjOption fields).
+RANDOMIZABLE_FIELDS: dict[str, str] = {
+    "mass": "body_mass",
+    "inertia": "body_inertia",
+    "com": "body_ipos",
+    "friction": "geom_friction",
+    "damping": "dof_damping",
+    "armature": "dof_armature",
+    "frictionloss": "dof_frictionloss",
+    "actuator_gain": "actuator_gainprm",
+    "actuator_bias": "actuator_biasprm",
+    "gravity": "opt.gravity",
+}
+"""Friendly names of the per-world model fields; raw MuJoCo names are accepted too."""
+
+# Warning slots that mean the physics diverged (MuJoCo reset the world itself when it saw them).
+DIVERGENCE_WARNINGS: tuple[int, ...] = (
+    int(mujoco.mjtWarning.mjWARN_BADQACC),
+    int(mujoco.mjtWarning.mjWARN_BADQPOS),
+    int(mujoco.mjtWarning.mjWARN_BADQVEL),
+)
+
+
+def resolve_field(name: str) -> str:
+    """Map a friendly or raw model-field name to the MuJoCo field name, or raise naming the choices."""
+    if name in RANDOMIZABLE_FIELDS:
+        return RANDOMIZABLE_FIELDS[name]
+    if name in RANDOMIZABLE_FIELDS.values():
+        return name
+    from mujoco.batch import MODEL_FIELDS
+
+    if name in MODEL_FIELDS:
+        return name
+    choices = ", ".join(sorted(RANDOMIZABLE_FIELDS))
+    raise ValueError(
+        f"model field {name!r} cannot be set per world; expected one of {choices} "
+        "or an expandable MjModel field name (mujoco.batch.MODEL_FIELDS)"
+    )
+
+
+def as_index_array(env_ids: torch.Tensor | Sequence[int] | np.ndarray | None, num_worlds: int) -> np.ndarray:
+    """World indices as a sorted, unique, in-range ``int32`` array (``None`` means all worlds)."""
+    if env_ids is None:
+        return np.arange(num_worlds, dtype=np.int32)
+    if isinstance(env_ids, torch.Tensor):
+        if env_ids.dtype == torch.bool:
+            env_ids = torch.nonzero(env_ids).flatten()
+        env_ids = env_ids.detach().cpu().numpy()
+    ids = np.asarray(env_ids)
+    if ids.dtype == bool:
+        ids = np.flatnonzero(ids)
+    if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+        raise ValueError(f"env_ids: expected a 1-D integer index or boolean mask, got shape {ids.shape} {ids.dtype}")
+    ids = np.unique(ids).astype(np.int32)
+    if ids.size and (ids[0] < 0 or ids[-1] >= num_worlds):
+        raise ValueError(f"env_ids: indices must lie in [0, {num_worlds}), got {ids[0]}..{ids[-1]}")
+    return ids
+
+
+@runtime_checkable
+class SimBackend(Protocol):
+    """N worlds of one model. State tensors are ``[N, ...]`` float64 on :attr:`device`.
+
+    ``qpos``/``qvel``/``ctrl`` are the live state; ``xpos``, ``xquat``, ``cvel``, ``sensordata`` and
+    ``cfrc_ext`` are derived quantities which, as after ``mj_step``, describe the state before the
+    last physics substep unless the backend was built with ``forward_after_step=True``.
+    """
+
+    model: mujoco.MjModel
+    """The template model (per-world fields live in the backend, not here)."""
+    num_worlds: int
+    """N."""
+    decimation: int
+    """Physics substeps per :meth:`step`."""
+    device: torch.device
+    """Where the state tensors live."""
+
+    @property
+    def qpos(self) -> torch.Tensor:
+        """Generalised positions ``[N, nq]``."""
+        ...
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        """Generalised velocities ``[N, nv]``."""
+        ...
+
+    @property
+    def ctrl(self) -> torch.Tensor:
+        """Controls applied at the last step ``[N, nu]``."""
+        ...
+
+    @property
+    def xpos(self) -> torch.Tensor:
+        """Body positions ``[N, nbody, 3]``."""
+        ...
+
+    @property
+    def xquat(self) -> torch.Tensor:
+        """Body orientations ``[N, nbody, 4]`` (w, x, y, z)."""
+        ...
+
+    @property
+    def cvel(self) -> torch.Tensor:
+        """Body com-based velocities ``[N, nbody, 6]``."""
+        ...
+
+    @property
+    def sensordata(self) -> torch.Tensor:
+        """Sensor outputs ``[N, nsensordata]``."""
+        ...
+
+    @property
+    def cfrc_ext(self) -> torch.Tensor:
+        """External (contact) forces per body ``[N, nbody, 6]``; valid only with ``contact_forces=True``."""
+        ...
+
+    @property
+    def time(self) -> torch.Tensor:
+        """Simulation time per world ``[N]``."""
+        ...
+
+    def step(self, ctrl: torch.Tensor) -> torch.Tensor:
+        """Apply ``ctrl[N, nu]`` and advance ``decimation`` substeps; return a ``[N]`` bool mask of
+        worlds whose physics diverged (MuJoCo instability warning, NaN state or engine error)."""
+        ...
+
+    def reset(
+        self,
+        env_ids: torch.Tensor | np.ndarray | None,
+        qpos: torch.Tensor | None = None,
+        qvel: torch.Tensor | None = None,
+    ) -> None:
+        """Reset only ``env_ids`` to the model defaults, then set their ``qpos``/``qvel`` if given."""
+        ...
+
+    def set_model_field(
+        self, name: str, values: torch.Tensor | np.ndarray, env_ids: torch.Tensor | np.ndarray | None = None
+    ) -> None:
+        """Write per-world values of a model field (friendly or MuJoCo name) for ``env_ids``."""
+        ...
+
+    def get_model_field(self, name: str) -> torch.Tensor:
+        """Per-world values of a model field, ``[N, ...]``."""
+        ...
+
+    def get_model(self, world: int) -> mujoco.MjModel:
+        """World ``world``'s model, with its per-world fields (for rendering or inspection)."""
+        ...
+
+    def get_data(self, world: int) -> mujoco.MjData:
+        """World ``world``'s state in a fresh ``MjData`` with derived quantities computed."""
+        ...

@@ -1,0 +1,214 @@
+"""``MujocoBackend``: N worlds stepped in C on a thread pool with MuJoCo's batch API.
+
+``mujoco.batch.Batch`` keeps each world's full integration state (including the solver's warm
+start) in one row of a ``[N, nstate]`` float64 array and steps the rows on ``nthread`` threads;
+results are bit-identical to a loop over one ``MjData`` per world at any thread count. State
+fields are live strided views of those rows, so the torch tensors here are views too: no copies
+on the step path and no Python loop over worlds.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import mujoco
+import numpy as np
+import torch
+from mujoco.batch import Batch, SimulationError
+
+from robolearn.sim.backend import DIVERGENCE_WARNINGS, as_index_array, resolve_field
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A torch view of a NumPy array; read-only outputs of the batch are wrapped without copying."""
+    with warnings.catch_warnings():
+        # torch warns that the array is read-only; the tensor is documented as read-only too.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
+class MujocoBackend:
+    """The embedded CPU backend: ``mujoco.batch`` stepping with threads = cores by default."""
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_worlds: int,
+        *,
+        decimation: int = 1,
+        nthread: int | None = None,
+        forward_after_step: bool = False,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        """Create ``num_worlds`` copies of ``model``.
+
+        Args:
+            model: the compiled model; per-world fields start as its values.
+            num_worlds: N.
+            decimation: physics substeps per :meth:`step`.
+            nthread: worker threads; ``None`` uses every core (``os.cpu_count()``).
+            forward_after_step: recompute position/velocity-dependent quantities at the new state
+                after each step (``mjSTAGE_VEL``), instead of ``mj_step``'s one-substep-behind values.
+            device: must be CPU; this backend's tensors are views of host memory.
+        """
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"device: MujocoBackend runs on the CPU, got {device!r}; use an MJX or Warp backend")
+        if num_worlds < 1:
+            raise ValueError(f"num_worlds: expected >= 1, got {num_worlds}")
+        if decimation < 1:
+            raise ValueError(f"decimation: expected >= 1, got {decimation}")
+        self.model = model
+        self.num_worlds = int(num_worlds)
+        self.decimation = int(decimation)
+        self.device = torch.device("cpu")
+        threads = nthread if nthread is not None else (os.cpu_count() or 1)
+        self._batch = Batch(model, self.num_worlds, nthread=min(threads, self.num_worlds))
+        self._stage = int(mujoco.mjtStage.mjSTAGE_VEL if forward_after_step else mujoco.mjtStage.mjSTAGE_NONE)
+        b = self._batch
+        self._qpos_np = b.bind("qpos")
+        self._qvel_np = b.bind("qvel")
+        self._ctrl_np = b.bind("ctrl")
+        self._qpos = torch.from_numpy(self._qpos_np)
+        self._qvel = torch.from_numpy(self._qvel_np)
+        self._ctrl = torch.from_numpy(self._ctrl_np)
+        self._time = torch.from_numpy(b.bind("time"))
+        self._derived = {name: _tensor(b.bind(name)) for name in ("xpos", "xquat", "cvel", "sensordata", "cfrc_ext")}
+        self._warn_slots = list(DIVERGENCE_WARNINGS)
+        b.reset()
+        self._warn_sum = self._warning_sum()
+
+    # -- state views -------------------------------------------------------------------------
+    @property
+    def nthread(self) -> int:
+        """Worker threads of the batch."""
+        return self._batch.nthread
+
+    @property
+    def qpos(self) -> torch.Tensor:
+        """Generalised positions ``[N, nq]`` (a view of the state rows)."""
+        return self._qpos
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        """Generalised velocities ``[N, nv]`` (a view of the state rows)."""
+        return self._qvel
+
+    @property
+    def ctrl(self) -> torch.Tensor:
+        """Controls ``[N, nu]`` (a view of the state rows)."""
+        return self._ctrl
+
+    @property
+    def time(self) -> torch.Tensor:
+        """Simulation time ``[N]``."""
+        return self._time
+
+    @property
+    def xpos(self) -> torch.Tensor:
+        """Body positions ``[N, nbody, 3]`` (read-only)."""
+        return self._derived["xpos"]
+
+    @property
+    def xquat(self) -> torch.Tensor:
+        """Body orientations ``[N, nbody, 4]`` (read-only)."""
+        return self._derived["xquat"]
+
+    @property
+    def cvel(self) -> torch.Tensor:
+        """Body velocities ``[N, nbody, 6]`` (read-only)."""
+        return self._derived["cvel"]
+
+    @property
+    def sensordata(self) -> torch.Tensor:
+        """Sensor outputs ``[N, nsensordata]`` (read-only)."""
+        return self._derived["sensordata"]
+
+    @property
+    def cfrc_ext(self) -> torch.Tensor:
+        """External forces per body ``[N, nbody, 6]`` (read-only; needs a ``contact_forces`` model)."""
+        return self._derived["cfrc_ext"]
+
+    # -- stepping ----------------------------------------------------------------------------
+    def step(self, ctrl: torch.Tensor) -> torch.Tensor:
+        """Write ``ctrl`` and advance every world ``decimation`` substeps; return diverged worlds."""
+        self._ctrl.copy_(ctrl)
+        failed: np.ndarray | None = None
+        try:
+            self._batch.step(nstep=self.decimation, stage=self._stage)
+        except SimulationError as err:  # those worlds kept their previous state; reset them too
+            failed = err.ids
+        after = self._warning_sum()
+        bad = after != self._warn_sum
+        self._warn_sum = after
+        if failed is not None:
+            bad[failed] = True
+        return torch.from_numpy(bad)
+
+    def _warning_sum(self) -> np.ndarray:
+        """Per-world count of divergence warnings so far (MuJoCo resets a world when it raises one)."""
+        return self._batch.warning[:, self._warn_slots, 1].sum(axis=1)
+
+    def reset(
+        self,
+        env_ids: torch.Tensor | np.ndarray | None,
+        qpos: torch.Tensor | None = None,
+        qvel: torch.Tensor | None = None,
+    ) -> None:
+        """Reset ``env_ids`` to the model defaults, set ``qpos``/``qvel`` rows if given, run forward."""
+        ids = as_index_array(env_ids, self.num_worlds)
+        if ids.size == 0:
+            return
+        self._batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        if qpos is not None:
+            self._qpos_np[ids] = _numpy(qpos, (ids.size, self.model.nq), "qpos")
+        if qvel is not None:
+            self._qvel_np[ids] = _numpy(qvel, (ids.size, self.model.nv), "qvel")
+        self._batch.forward(ids)
+        self._warn_sum = self._warning_sum()
+
+    # -- per-world model fields --------------------------------------------------------------
+    def set_model_field(
+        self, name: str, values: torch.Tensor | np.ndarray, env_ids: torch.Tensor | np.ndarray | None = None
+    ) -> None:
+        """Write per-world values of a model field for ``env_ids``; derived constants follow."""
+        field = resolve_field(name)
+        ids = as_index_array(env_ids, self.num_worlds)
+        rows = self._batch.expand(field)
+        rows[ids] = _numpy(values, (ids.size, *rows.shape[1:]), name, broadcast=True)
+        if field.split(".")[-1] in mujoco.MjModel._setconst_inputs or field.startswith("opt."):
+            self._batch.set_const(ids)
+
+    def get_model_field(self, name: str) -> torch.Tensor:
+        """Per-world values ``[N, ...]`` of a model field (a copy)."""
+        field = resolve_field(name)
+        rows = self._batch.expanded(field)
+        if rows is None:
+            template = np.asarray(getattr(self.model.opt, field[4:]) if field.startswith("opt.") else getattr(self.model, field))
+            rows = np.broadcast_to(template, (self.num_worlds, *template.shape))
+        return torch.tensor(np.array(rows))
+
+    # -- one world, for rendering and inspection ---------------------------------------------
+    def get_model(self, world: int) -> mujoco.MjModel:
+        """World ``world``'s model with its per-world fields."""
+        return self._batch.get_model(int(world))
+
+    def get_data(self, world: int) -> mujoco.MjData:
+        """World ``world``'s state in a new ``MjData``, derived quantities computed by ``mj_forward``."""
+        model = self.get_model(world)
+        data = self._batch.get_data(int(world), mujoco.MjData(model))
+        mujoco.mj_forward(model, data)
+        return data
+
+
+def _numpy(values: torch.Tensor | np.ndarray, shape: tuple[int, ...], name: str, broadcast: bool = False) -> np.ndarray:
+    """Values as float64 NumPy of ``shape``, or a ValueError naming the field and the shapes."""
+    arr = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+    if broadcast:
+        try:
+            arr = np.broadcast_to(arr, shape)
+        except ValueError:
+            raise ValueError(f"{name}: expected values broadcastable to {shape}, got shape {arr.shape}") from None
+    elif arr.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {arr.shape}")
+    return arr

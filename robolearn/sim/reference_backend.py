@@ -1,0 +1,136 @@
+"""``ReferenceBackend``: one ``MjData`` per world in a Python loop. Slow and obviously correct.
+
+It is the yardstick of the conformance suite: every fast backend must reproduce its trajectories,
+resets and per-world field writes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import mujoco
+import numpy as np
+import torch
+
+from robolearn.sim.backend import DIVERGENCE_WARNINGS, as_index_array, resolve_field
+from robolearn.sim.model import RNEPOST_SITE
+
+
+class ReferenceBackend:
+    """N independent ``(MjModel, MjData)`` pairs stepped one after another with ``mj_step``."""
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_worlds: int,
+        *,
+        decimation: int = 1,
+        forward_after_step: bool = False,
+        device: str | torch.device = "cpu",
+        nthread: int | None = None,
+    ) -> None:
+        """Create ``num_worlds`` model copies and datas; arguments as :class:`MujocoBackend` (``nthread`` unused)."""
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"device: ReferenceBackend runs on the CPU, got {device!r}")
+        if num_worlds < 1:
+            raise ValueError(f"num_worlds: expected >= 1, got {num_worlds}")
+        self.model = model
+        self.num_worlds = int(num_worlds)
+        self.decimation = int(decimation)
+        self.device = torch.device("cpu")
+        self.forward_after_step = forward_after_step
+        self._contact_forces = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, RNEPOST_SITE) >= 0
+        self.models = [copy.copy(model) for _ in range(self.num_worlds)]
+        self.datas = [mujoco.MjData(m) for m in self.models]
+        for m, d in zip(self.models, self.datas, strict=True):
+            mujoco.mj_forward(m, d)
+        self._read()
+
+    def _read(self) -> None:
+        """Copy every world's state and derived fields into stacked tensors."""
+        def stack(name: str) -> torch.Tensor:
+            return torch.from_numpy(np.stack([np.array(getattr(d, name)) for d in self.datas]))
+
+        self._state = {name: stack(name) for name in ("qpos", "qvel", "ctrl", "xpos", "xquat", "cvel", "sensordata", "cfrc_ext")}
+        self._state["time"] = torch.tensor([d.time for d in self.datas], dtype=torch.float64)
+
+    qpos = property(lambda self: self._state["qpos"], doc="Generalised positions ``[N, nq]`` (a copy).")
+    qvel = property(lambda self: self._state["qvel"], doc="Generalised velocities ``[N, nv]`` (a copy).")
+    ctrl = property(lambda self: self._state["ctrl"], doc="Controls ``[N, nu]`` (a copy).")
+    time = property(lambda self: self._state["time"], doc="Simulation time ``[N]``.")
+    xpos = property(lambda self: self._state["xpos"], doc="Body positions ``[N, nbody, 3]``.")
+    xquat = property(lambda self: self._state["xquat"], doc="Body orientations ``[N, nbody, 4]``.")
+    cvel = property(lambda self: self._state["cvel"], doc="Body velocities ``[N, nbody, 6]``.")
+    sensordata = property(lambda self: self._state["sensordata"], doc="Sensor outputs ``[N, nsensordata]``.")
+    cfrc_ext = property(lambda self: self._state["cfrc_ext"], doc="External forces ``[N, nbody, 6]``.")
+
+    def step(self, ctrl: torch.Tensor) -> torch.Tensor:
+        """Apply ``ctrl`` and call ``mj_step`` ``decimation`` times per world; return diverged worlds."""
+        ctrl_np = ctrl.detach().cpu().numpy()
+        bad = np.zeros(self.num_worlds, dtype=bool)
+        for i, (m, d) in enumerate(zip(self.models, self.datas, strict=True)):
+            before = sum(d.warning[w].number for w in DIVERGENCE_WARNINGS)
+            d.ctrl[:] = ctrl_np[i]
+            mujoco.mj_step(m, d, nstep=self.decimation)
+            if self._contact_forces:
+                mujoco.mj_rnePostConstraint(m, d)  # what Gymnasium does after mj_step
+            if self.forward_after_step:
+                mujoco.mj_fwdPosition(m, d)
+                mujoco.mj_fwdVelocity(m, d)
+            bad[i] = sum(d.warning[w].number for w in DIVERGENCE_WARNINGS) != before
+        self._read()
+        return torch.from_numpy(bad)
+
+    def reset(
+        self,
+        env_ids: torch.Tensor | np.ndarray | None,
+        qpos: torch.Tensor | None = None,
+        qvel: torch.Tensor | None = None,
+    ) -> None:
+        """Reset ``env_ids`` with ``mj_resetData``, set ``qpos``/``qvel`` if given, then ``mj_forward``."""
+        ids = as_index_array(env_ids, self.num_worlds)
+        for k, i in enumerate(ids):
+            m, d = self.models[i], self.datas[i]
+            mujoco.mj_resetData(m, d)
+            if qpos is not None:
+                d.qpos[:] = np.asarray(qpos[k])
+            if qvel is not None:
+                d.qvel[:] = np.asarray(qvel[k])
+            mujoco.mj_forward(m, d)
+        self._read()
+
+    def set_model_field(
+        self, name: str, values: torch.Tensor | np.ndarray, env_ids: torch.Tensor | np.ndarray | None = None
+    ) -> None:
+        """Write the field into each selected world's own model, then ``mj_setConst``."""
+        field = resolve_field(name)
+        ids = as_index_array(env_ids, self.num_worlds)
+        arr = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+        template = self._field(self.model, field)
+        arr = np.broadcast_to(arr, (ids.size, *np.shape(template)))
+        for k, i in enumerate(ids):
+            m = self.models[i]
+            if field.startswith("opt."):
+                setattr(m.opt, field[4:], arr[k])
+            else:
+                getattr(m, field)[...] = arr[k]
+            mujoco.mj_setConst(m, self.datas[i])
+
+    def get_model_field(self, name: str) -> torch.Tensor:
+        """Per-world values ``[N, ...]`` of a model field."""
+        field = resolve_field(name)
+        return torch.tensor(np.stack([np.array(self._field(m, field)) for m in self.models]))
+
+    @staticmethod
+    def _field(model: mujoco.MjModel, field: str) -> np.ndarray:
+        return getattr(model.opt, field[4:]) if field.startswith("opt.") else getattr(model, field)
+
+    def get_model(self, world: int) -> mujoco.MjModel:
+        """World ``world``'s own model."""
+        return self.models[int(world)]
+
+    def get_data(self, world: int) -> mujoco.MjData:
+        """A copy of world ``world``'s data with derived quantities computed."""
+        data = copy.copy(self.datas[int(world)])
+        mujoco.mj_forward(self.models[int(world)], data)
+        return data

@@ -1,0 +1,124 @@
+"""Shared vocabulary: observation-group keys, transition containers and the core protocols.
+
+Everything here depends on torch only, so every layer of robolearn may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+# Observation-group names, the same everywhere (DESIGN.md, "BatchedEnv").
+POLICY = "policy"
+"""What the deployed robot will have."""
+CRITIC = "critic"
+"""What the critic sees; by default ``policy`` plus ``privileged``."""
+PRIVILEGED = "privileged"
+"""What only the simulator knows: true state, randomisation draws."""
+HISTORY = "history"
+"""Stacked past observations."""
+IMAGE = "image"
+"""Rendered camera images."""
+
+OBS_GROUPS: tuple[str, ...] = (POLICY, CRITIC, PRIVILEGED, HISTORY, IMAGE)
+"""Every valid observation-group name."""
+
+Obs = dict[str, torch.Tensor]
+"""A batch of observations: group name to a ``[N, ...]`` tensor."""
+
+
+@dataclass
+class Transition:
+    """One batched environment step as a learner sees it (all tensors ``[N, ...]``)."""
+
+    obs: Obs
+    """Observations the action was chosen from."""
+    action: torch.Tensor
+    """Actions taken, ``[N, A]``."""
+    reward: torch.Tensor
+    """Rewards, ``[N]``."""
+    next_obs: Obs
+    """Observations after the step; for done worlds, the pre-reset (final) observation."""
+    terminated: torch.Tensor
+    """True where the MDP ended (no bootstrapping), ``[N]`` bool."""
+    truncated: torch.Tensor
+    """True where the episode was cut by a time limit (bootstrap from ``next_obs``), ``[N]`` bool."""
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Algorithm-specific extras (log-probabilities, values, ...)."""
+
+
+@dataclass
+class Batch:
+    """A minibatch sampled for an update; same fields as :class:`Transition`, leading dim ``[B]``."""
+
+    obs: Obs
+    """Observations."""
+    action: torch.Tensor
+    """Actions."""
+    reward: torch.Tensor
+    """Rewards."""
+    next_obs: Obs
+    """Next observations."""
+    terminated: torch.Tensor
+    """Terminal flags."""
+    truncated: torch.Tensor
+    """Time-out flags."""
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Extras."""
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    """A batched environment: N worlds stepped together, auto-reset by index inside ``step``."""
+
+    num_envs: int
+    """Number of worlds N."""
+    device: torch.device
+    """Device every returned tensor lives on."""
+
+    def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
+        """Reset every world; return the observation groups and an info dict."""
+        ...
+
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Advance every world by one control step: ``(obs, reward, terminated, truncated, info)``."""
+        ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that maps observation groups to actions."""
+
+    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Return actions ``[N, A]`` for a batch of observations."""
+        ...
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """A learner as the runners drive it (DESIGN.md, "Algorithm")."""
+
+    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Choose actions for a batch of observations."""
+        ...
+
+    def process(self, transition: Transition) -> None:
+        """Record one batched transition."""
+        ...
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """Run one update; return named scalar tensors for logging."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict`."""
+        ...

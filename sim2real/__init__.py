@@ -1,0 +1,1 @@
+"""sim2real: randomisation, deploy runtime, robot drivers and ROS bridges."""

@@ -1,0 +1,1 @@
+"""deploy (populated by later issues)."""

@@ -1,0 +1,1 @@
+"""randomization (populated by later issues)."""

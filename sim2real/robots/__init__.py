@@ -1,0 +1,1 @@
+"""robots (populated by later issues)."""

@@ -1,0 +1,1 @@
+"""ros (populated by later issues)."""
