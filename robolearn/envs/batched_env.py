@@ -157,13 +157,30 @@ class BatchedEnv:
                 truncated = (truncated | diverged) & ~terminated
             info["episode"] = self._episode_stats(ids)
             self._reset_worlds(ids)
-            fresh = self.observation_manager.compute(ids)
-            obs = {g: t.clone() for g, t in obs.items()}
-            for g, t in fresh.items():
-                obs[g][ids] = t
+            obs = self._splice_obs(obs, ids)
         info["num_diverged"] = self.num_diverged
         self._obs = obs
         return obs, reward.to(self.dtype), terminated, truncated, info
+
+    def set_state(
+        self, qpos: torch.Tensor, qvel: torch.Tensor, env_ids: torch.Tensor | None = None
+    ) -> Obs:
+        """Put worlds ``env_ids`` (default: all) in state ``(qpos, qvel)``; return the fresh observation.
+
+        The episode counters are left alone, as Gymnasium's ``set_state`` leaves its time limit.
+        """
+        ids = self.all_ids if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long).flatten()
+        qpos = torch.as_tensor(qpos, dtype=torch.float64).reshape(ids.numel(), -1)
+        qvel = torch.as_tensor(qvel, dtype=torch.float64).reshape(ids.numel(), -1)
+        if qpos.shape[1] != self.model.nq or qvel.shape[1] != self.model.nv:
+            raise ValueError(
+                f"set_state: expected qpos [{ids.numel()}, {self.model.nq}] and qvel [{ids.numel()}, {self.model.nv}], "
+                f"got {list(qpos.shape)} and {list(qvel.shape)}"
+            )
+        self.sim.reset(ids, qpos, qvel)
+        self.prev_qpos[ids] = self.sim.qpos[ids]
+        self._obs = self._splice_obs(self.obs, ids)
+        return self._obs
 
     @property
     def obs(self) -> Obs:
@@ -223,6 +240,14 @@ class BatchedEnv:
         self.prev_action[ids] = 0.0
         self.reward_manager.episode_sums[ids] = 0.0
         self.command_manager.reset(ids)
+
+    def _splice_obs(self, obs: Obs, ids: torch.Tensor) -> Obs:
+        """A copy of ``obs`` whose rows ``ids`` are recomputed at the worlds' current state."""
+        fresh = self.observation_manager.compute(ids)
+        out = {g: t.clone() for g, t in obs.items()}
+        for g, t in fresh.items():
+            out[g][ids] = t
+        return out
 
     def _episode_stats(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Returns, lengths and per-term sums of the episodes ending now (one row per world)."""

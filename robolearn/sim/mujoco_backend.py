@@ -18,6 +18,7 @@ import torch
 from mujoco.batch import Batch, SimulationError
 
 from robolearn.sim.backend import DIVERGENCE_WARNINGS, as_index_array, resolve_field
+from robolearn.sim.model import RNEPOST_SITE
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -63,7 +64,10 @@ class MujocoBackend:
         self.decimation = int(decimation)
         self.device = torch.device("cpu")
         threads = nthread if nthread is not None else (os.cpu_count() or 1)
-        self._batch = Batch(model, self.num_worlds, nthread=min(threads, self.num_worlds))
+        # A persistent batch (one MjData per world) when the model carries the contact-force probe:
+        # otherwise worlds share scratch MjData and cfrc_ext would not be each world's own.
+        persistent = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, RNEPOST_SITE) >= 0
+        self._batch = Batch(model, self.num_worlds, nthread=min(threads, self.num_worlds), persistent=persistent)
         self._stage = int(mujoco.mjtStage.mjSTAGE_VEL if forward_after_step else mujoco.mjtStage.mjSTAGE_NONE)
         b = self._batch
         self._qpos_np = b.bind("qpos")

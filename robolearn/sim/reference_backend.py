@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from robolearn.sim.backend import DIVERGENCE_WARNINGS, as_index_array, resolve_field
-from robolearn.sim.model import RNEPOST_SITE
 
 
 class ReferenceBackend:
@@ -39,7 +38,6 @@ class ReferenceBackend:
         self.decimation = int(decimation)
         self.device = torch.device("cpu")
         self.forward_after_step = forward_after_step
-        self._contact_forces = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, RNEPOST_SITE) >= 0
         self.models = [copy.copy(model) for _ in range(self.num_worlds)]
         self.datas = [mujoco.MjData(m) for m in self.models]
         for m, d in zip(self.models, self.datas, strict=True):
@@ -72,8 +70,6 @@ class ReferenceBackend:
             before = sum(d.warning[w].number for w in DIVERGENCE_WARNINGS)
             d.ctrl[:] = ctrl_np[i]
             mujoco.mj_step(m, d, nstep=self.decimation)
-            if self._contact_forces:
-                mujoco.mj_rnePostConstraint(m, d)  # what Gymnasium does after mj_step
             if self.forward_after_step:
                 mujoco.mj_fwdPosition(m, d)
                 mujoco.mj_fwdVelocity(m, d)
