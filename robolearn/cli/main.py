@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,7 @@ from robolearn.sim import BACKENDS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``robolearn`` command and its subcommands."""
+    """Build the argument parser of the ``robolearn`` command and its subcommands."""
     parser = argparse.ArgumentParser(prog="robolearn", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"robolearn {robolearn.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -37,16 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--task", default="HalfCheetah", help="registered task id (see `robolearn list`)")
     demo.add_argument("--num-envs", type=_positive_int, default=64, help="number of worlds stepped together")
-    demo.add_argument("--steps", type=_positive_int, default=2000, help="timed control steps of the whole batch")
+    demo.add_argument("--steps", type=_positive_int, default=2000, help="timed batched steps")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"), help="folder the video is written to")
-    demo.add_argument("--render-steps", type=_non_negative_int, default=200, help="frames of video; 0 skips it")
+    demo.add_argument("--render-steps", type=_non_negative_int, default=200, help="video frames; 0 skips")
     demo.add_argument("--width", type=_positive_int, default=320, help="video width in pixels")
     demo.add_argument("--height", type=_positive_int, default=240, help="video height in pixels")
     demo.add_argument("--backend", default="mujoco", choices=sorted(BACKENDS), help="simulation backend")
     demo.add_argument("--seed", type=int, default=0, help="seed of the worlds and of the random actions")
     demo.set_defaults(func=run_demo)
 
-    listing = commands.add_parser("list", help="list the registered tasks", description="List the registered tasks.")
+    listing = commands.add_parser("list", help="list the registered tasks", description="List the tasks.")
     listing.set_defaults(func=run_list)
     return parser
 
@@ -134,8 +134,8 @@ def _record_video(env: BatchedEnv, args: argparse.Namespace) -> int:
     return 0
 
 
-def _action_sampler(env: BatchedEnv, seed: int) -> callable:
-    """A function drawing uniform actions ``[N, A]`` within the action bounds ([-1, 1] where unbounded)."""
+def _action_sampler(env: BatchedEnv, seed: int) -> Callable[[], torch.Tensor]:
+    """Return a sampler of uniform actions ``[N, A]`` within the action bounds ([-1, 1] if unbounded)."""
     low = torch.where(torch.isfinite(env.ctrl_low), env.ctrl_low, torch.full_like(env.ctrl_low, -1.0))
     high = torch.where(torch.isfinite(env.ctrl_high), env.ctrl_high, torch.full_like(env.ctrl_high, 1.0))
     gen = torch.Generator().manual_seed(seed)
@@ -148,7 +148,7 @@ def _action_sampler(env: BatchedEnv, seed: int) -> callable:
 
 
 def _positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
+    """Parse an integer >= 1 (an argparse type)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
@@ -156,7 +156,7 @@ def _positive_int(text: str) -> int:
 
 
 def _non_negative_int(text: str) -> int:
-    """An argparse type: an integer >= 0."""
+    """Parse an integer >= 0 (an argparse type)."""
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")

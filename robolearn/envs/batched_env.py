@@ -130,7 +130,7 @@ class BatchedEnv:
         """Advance every world one control step; reset the done ones by index (see the module doc)."""
         action = self._check_action(action)
         self.prev_action = self.action
-        self.action = action.to(torch.float64)
+        self.action = action.to(torch.float64, copy=True)  # never alias (and later zero) the caller's tensor
         ctrl = self.action_manager.process(self.action)
         self.prev_qpos.copy_(self.sim.qpos)
         diverged = self.sim.step(ctrl)
