@@ -68,7 +68,7 @@ class ObservationManager:
         out: dict[str, torch.Tensor] = {}
         for gname, group in self.groups.items():
             parts = []
-            for tname, term in group.terms.items():
+            for term in group.terms.values():
                 value = term.func(env, **term.params)
                 if value.ndim == 1:
                     value = value.unsqueeze(1)
@@ -260,7 +260,7 @@ class EventManager:
 
     def apply(self, mode: str, env_ids: torch.Tensor) -> None:
         """Run every event of ``mode`` on ``env_ids``."""
-        for name, term in self.by_mode[mode].items():
+        for term in self.by_mode[mode].values():
             term.func(self.env, env_ids, **term.params)
         if mode == "reset":
             for name in self.timers:

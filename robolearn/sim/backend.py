@@ -138,7 +138,8 @@ class SimBackend(Protocol):
 
     def step(self, ctrl: torch.Tensor) -> torch.Tensor:
         """Apply ``ctrl[N, nu]`` and advance ``decimation`` substeps; return a ``[N]`` bool mask of
-        worlds whose physics diverged (MuJoCo instability warning, NaN state or engine error)."""
+        worlds whose physics diverged (MuJoCo instability warning, NaN state or engine error).
+        """
         ...
 
     def reset(
