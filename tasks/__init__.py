@@ -1,3 +1,6 @@
 """Task families; importing this package registers every task with ``robolearn.envs``."""
 
-from robolearn.tasks import locomotion  # noqa: F401
+from robolearn.tasks import (
+    classic,  # noqa: F401
+    locomotion,  # noqa: F401
+)
