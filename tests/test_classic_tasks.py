@@ -9,12 +9,12 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+
+import robolearn
 from robolearn.assets import asset_path
 from robolearn.tasks.classic.cartpole import smooth_balance
 from robolearn.tasks.classic.pendulum import DMC_ANGLE_BOUND_DEG, upright_sparse
 from robolearn.tasks.classic.rewards import SIGMOIDS, tolerance
-
-import robolearn
 
 TASKS = ["Cartpole-Balance", "Cartpole-Swingup", "Pendulum-Swingup"]
 OBS_DIM = {"Cartpole-Balance": 5, "Cartpole-Swingup": 5, "Pendulum-Swingup": 3}

@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--render-steps", type=_non_negative_int, default=200, help="video frames; 0 skips")
     demo.add_argument("--width", type=_positive_int, default=320, help="video width in pixels")
     demo.add_argument("--height", type=_positive_int, default=240, help="video height in pixels")
+    demo.add_argument(
+        "--camera",
+        default=None,
+        help="model camera name or index, -1 for the free camera (default: the model's 'track' camera, else -1)",
+    )
     demo.add_argument("--backend", default="mujoco", choices=sorted(BACKENDS), help="simulation backend")
     demo.add_argument("--seed", type=int, default=0, help="seed of the worlds and of the random actions")
     demo.set_defaults(func=run_demo)
@@ -113,11 +118,15 @@ def _record_video(env: BatchedEnv, args: argparse.Namespace) -> int:
     from robolearn.logging.video import write_mp4
 
     sample = _action_sampler(env, args.seed + 1)
+    camera = _camera(env, args.camera)
     frames: list[np.ndarray] = []
     try:
         for _ in tqdm(range(args.render_steps), desc="render world 0", unit="frame", file=sys.stderr):
             env.step(sample())
-            frames.append(env.render([0], width=args.width, height=args.height)[0])
+            frames.append(env.render([0], width=args.width, height=args.height, camera=camera)[0])
+    except ValueError as exc:  # a bad camera name or index
+        print(f"robolearn demo: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # the GL context is the usual culprit on headless machines
         print(
             f"robolearn demo: rendering failed: {exc}\n"
@@ -132,6 +141,17 @@ def _record_video(env: BatchedEnv, args: argparse.Namespace) -> int:
     write_mp4(path, np.stack(frames), fps)
     print(f"wrote {path} ({len(frames)} frames of world 0 at {fps} fps)")
     return 0
+
+
+def _camera(env: BatchedEnv, choice: str | None) -> str | int:
+    """Resolve ``--camera``: an index, a name, or by default the model's ``track`` camera if any."""
+    if choice is None:
+        names = {env.model.camera(i).name for i in range(env.model.ncam)}
+        return "track" if "track" in names else -1
+    try:
+        return int(choice)
+    except ValueError:
+        return choice
 
 
 def _action_sampler(env: BatchedEnv, seed: int) -> Callable[[], torch.Tensor]:

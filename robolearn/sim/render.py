@@ -66,13 +66,12 @@ _selection_error: str | None = None
 def _missing_packages_message(errors: dict[str, str]) -> str:
     """Build the "no backend works" message: each backend's error and the packages providing it."""
     lines = [f"  MUJOCO_GL={name}: {err}" for name, err in errors.items()]
-    install = " ".join(GL_PACKAGES[name] for name in _HEADLESS_ORDER)
     return (
         "offscreen rendering: no OpenGL backend could create a context:\n"
         + "\n".join(lines)
-        + f"\nOn Debian/Ubuntu install the EGL and/or OSMesa libraries: apt-get install {install} "
-        "(EGL: " + GL_PACKAGES["egl"] + "; OSMesa: " + GL_PACKAGES["osmesa"] + "). "
-        "Set MUJOCO_GL=egl or MUJOCO_GL=osmesa to force one backend."
+        + "\nInstall the system libraries (Debian/Ubuntu): apt-get install "
+        + f"{GL_PACKAGES['egl']} (EGL) and/or {GL_PACKAGES['osmesa']} (OSMesa, software only); "
+        "set MUJOCO_GL=egl or MUJOCO_GL=osmesa to force one backend."
     )
 
 
@@ -125,13 +124,24 @@ def _allowed_backends() -> tuple[str, ...]:
 
 def _activate(backend: str) -> None:
     """Make ``mujoco.Renderer`` create ``backend`` contexts in this process."""
+    saved = {key: os.environ.get(key) for key in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
     os.environ["MUJOCO_GL"] = backend
     from mujoco.rendering.classic import gl_context
 
-    # gl_context read MUJOCO_GL when ``import mujoco`` ran; re-running it is how its own selection
-    # logic picks up the value chosen here (``mujoco.Renderer`` looks the class up on each call).
-    if getattr(gl_context, "_MUJOCO_GL", None) != backend:
-        importlib.reload(gl_context)
+    try:
+        # gl_context read MUJOCO_GL when ``import mujoco`` ran; re-running it is how its own
+        # selection logic picks up the value chosen here (``mujoco.Renderer`` looks the class up
+        # on each call).
+        if getattr(gl_context, "_MUJOCO_GL", None) != backend:
+            importlib.reload(gl_context)
+    except BaseException:
+        # A broken MUJOCO_GL would make ``import mujoco`` itself fail in every child process.
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        raise
 
 
 def select_gl_backend() -> str:
@@ -159,7 +169,8 @@ def select_gl_backend() -> str:
         errors: dict[str, str] = {}
         chosen = None
         for backend in candidates:
-            # One candidate left (or chosen by the user): load it here and let its error speak.
+            # A single candidate (forced by MUJOCO_GL, PYOPENGL_PLATFORM or an already-loaded
+            # PyOpenGL) has no alternative to fall back to: load it here and let its error speak.
             if len(candidates) == 1:
                 chosen = backend
                 break
@@ -190,13 +201,24 @@ class BatchRenderer:
     (per-world fields) and state. Use as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, model: mujoco.MjModel, width: int = 320, height: int = 240) -> None:
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        width: int = 320,
+        height: int = 240,
+        *,
+        shadows: bool = True,
+        reflections: bool = True,
+    ) -> None:
         """Create the GL context and scene for ``model`` (the template model of the simulation).
 
         Args:
             model: the compiled model whose worlds will be rendered; it is not modified.
             width: frame width in pixels.
             height: frame height in pixels.
+            shadows: draw shadows. With software OpenGL (llvmpipe) they are most of the cost of
+                a frame: turning them off makes frames several times faster.
+            reflections: draw reflections on reflective materials (e.g. checker floors).
 
         Raises:
             ValueError: ``width``/``height`` are not positive integers.
@@ -226,11 +248,20 @@ class BatchRenderer:
         try:
             self._renderer = mujoco.Renderer(self._model, height=int(height), width=int(width))
         except Exception as err:  # GL failures surface as many exception types
+            if backend in GL_PACKAGES:
+                hint = f"needed system packages (Debian/Ubuntu): {GL_PACKAGES[backend]}"
+            else:
+                hint = (
+                    f"MUJOCO_GL={backend} may need a display; for headless rendering unset MUJOCO_GL "
+                    f"or set it to egl (packages: {GL_PACKAGES['egl']}) or osmesa ({GL_PACKAGES['osmesa']})"
+                )
             raise RuntimeError(
                 f"offscreen rendering: could not create a {width}x{height} MUJOCO_GL={backend} context: "
-                f"{type(err).__name__}: {err}. Needed system packages (Debian/Ubuntu): "
-                f"{GL_PACKAGES.get(backend, GL_PACKAGES['egl'] + ' or ' + GL_PACKAGES['osmesa'])}"
+                f"{type(err).__name__}: {err}; {hint}"
             ) from err
+        flags = self._renderer.scene.flags
+        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = bool(shadows)
+        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = bool(reflections)
         # Free the context before interpreter teardown: PyOpenGL cannot release an OSMesa context
         # once its modules are being unloaded, and would print a traceback at exit.
         self._finalizer = weakref.finalize(self, self._renderer.close)
@@ -289,6 +320,14 @@ class BatchRenderer:
             raise ValueError(
                 f"world_ids: indices {bad} out of range; expected values in [0, {sim.num_worlds})"
             )
+        # The GL context holds the constructor model's meshes, textures and materials; a different
+        # model would draw garbage or read out of bounds.
+        sizes = ("nbody", "ngeom", "nmesh", "ntex", "nmat", "ncam", "nlight")
+        theirs = {name: getattr(sim.model, name) for name in sizes}
+        ours = {name: getattr(self._model, name) for name in sizes}
+        if theirs != ours:
+            raise ValueError(f"sim: its model does not match the renderer's (sizes {theirs} vs {ours}); "
+                             "build the BatchRenderer from sim.model")
         cam = self._camera(camera)
         width, height = self.size
         frames = np.empty((len(ids), height, width, 3), dtype=np.uint8)
