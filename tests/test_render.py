@@ -42,7 +42,7 @@ def renderer(env):
         r = BatchRenderer(env.model, width=WIDTH, height=HEIGHT)
     except RuntimeError as err:
         # A machine without any GL library cannot render; the message names the packages.
-        pytest.skip(f"no offscreen OpenGL here: {err}")
+        pytest.fail(f"no offscreen OpenGL here (scripts/setup.sh installs it): {err}")
     yield r
     r.close()
 
@@ -77,7 +77,7 @@ def test_world_copy_renders_identically():
         try:
             frames = env.render([0, 3, 1], width=WIDTH, height=HEIGHT, camera="track")
         except RuntimeError as err:
-            pytest.skip(f"no offscreen OpenGL here: {err}")
+            pytest.fail(f"no offscreen OpenGL here (scripts/setup.sh installs it): {err}")
         np.testing.assert_array_equal(frames[0], frames[1])
         assert not np.array_equal(frames[0], frames[2])
     finally:
@@ -129,7 +129,7 @@ def test_render_after_close_raises(env):
     try:
         r = BatchRenderer(env.model, width=32, height=32)
     except RuntimeError as err:
-        pytest.skip(f"no offscreen OpenGL here: {err}")
+        pytest.fail(f"no offscreen OpenGL here (scripts/setup.sh installs it): {err}")
     r.close()
     r.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):

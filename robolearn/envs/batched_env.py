@@ -222,7 +222,7 @@ class BatchedEnv:
                 renderer.close()
             renderer = BatchRenderer(self.model, width=width, height=height)
             self.__dict__["_renderer"] = renderer
-        return renderer.render(self.sim, world_ids or [0], camera=camera)
+        return renderer.render(self.sim, [0] if world_ids is None else world_ids, camera=camera)
 
     # -- internals ---------------------------------------------------------------------------
     def _reset_worlds(self, ids: torch.Tensor) -> None:
