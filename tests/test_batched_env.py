@@ -321,3 +321,28 @@ def test_every_task_resets_and_steps_without_nan(task_id):
             assert torch.isfinite(value).all(), f"{task_id}: non-finite {group} observation"
         assert torch.isfinite(rew).all()
     assert env.num_diverged == 0
+
+
+def test_critic_defaults_to_policy_plus_privileged():
+    cfg = task_cfg("HalfCheetah")
+    cfg.observations["policy"].terms["joint_vel"].noise = NoiseCfg("gaussian", 0.3)
+    cfg.observations["privileged"] = ObsGroup({"root_x": ObsTerm(mdp.qpos, params={"start": 0, "stop": 1})})
+    env = BatchedEnv(cfg, 3, seed=0, dtype=torch.float64)
+    obs, *_ = env.step(torch.zeros(3, 6))
+    assert set(obs) == {"policy", "privileged", "critic"}
+    assert env.obs_dims["critic"] == 17 + 1
+    # the critic sees the clean state: no observation noise
+    clean = torch.cat([env.sim.qpos[:, 1:], env.sim.qvel, env.sim.qpos[:, :1]], dim=1)
+    torch.testing.assert_close(obs["critic"], clean)
+    assert not torch.allclose(obs["policy"][:, 8:], env.sim.qvel)
+
+
+def test_image_group_keeps_its_shape():
+    cfg = task_cfg("Cartpole-Balance")
+    cfg.observations["image"] = ObsGroup({"rgb": ObsTerm(mdp.camera_image, params={"camera": "fixed", "width": 32, "height": 24})})
+    env = BatchedEnv(cfg, 2, seed=0)
+    obs, *_ = env.step(torch.zeros(2, 1))
+    assert obs["image"].shape == (2, 24, 32, 3) and env.obs_shapes["image"] == (24, 32, 3)
+    assert obs["image"].dtype == torch.float32 and 0 <= obs["image"].min() and obs["image"].max() <= 1
+    assert obs["image"].std() > 0.01  # a scene, not a blank frame
+    env.close()

@@ -114,6 +114,7 @@ class BatchedEnv:
         self._reset_worlds(self.all_ids)
         self.observation_manager = ObservationManager(self, cfg.observations)
         self.obs_dims = dict(self.observation_manager.dims)
+        self.obs_shapes = dict(self.observation_manager.shapes)
         self._obs: Obs | None = None
 
     # -- public API --------------------------------------------------------------------------

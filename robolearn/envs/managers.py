@@ -7,13 +7,22 @@ per-operation overhead, not the arithmetic, is what competes with the physics.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mujoco
 import numpy as np
 import torch
 
-from robolearn.envs.cfg import ActionTerm, CommandTerm, EventTerm, ObsGroup, RewardTerm, TerminationTerm
+from robolearn.envs.cfg import (
+    ActionTerm,
+    CommandTerm,
+    EventTerm,
+    ObsGroup,
+    ObsTerm,
+    RewardTerm,
+    TerminationTerm,
+)
 from robolearn.types import OBS_GROUPS
 
 if TYPE_CHECKING:
@@ -30,59 +39,108 @@ def _vector(value: Any, n: int, name: str) -> torch.Tensor:
     return t
 
 
+@dataclass
+class _ObsSlot:
+    """One term of one group, with its hooks resolved to tensors once."""
+
+    name: str
+    term: ObsTerm
+    dim: int
+    scale: torch.Tensor | None
+
+
+def default_critic(groups: dict[str, ObsGroup]) -> dict[str, ObsGroup]:
+    """Groups with ``critic`` filled in as ``policy`` plus ``privileged`` when a task declares
+    privileged terms but no critic group (DESIGN.md: the critic's default view). Noise is off:
+    the critic trains in simulation and should see the clean state.
+    """
+    if "critic" in groups or "privileged" not in groups or "policy" not in groups:
+        return groups
+    terms = {f"policy/{k}": t for k, t in groups["policy"].terms.items()}
+    terms.update({f"privileged/{k}": t for k, t in groups["privileged"].terms.items()})
+    return {**groups, "critic": ObsGroup(terms=terms, enable_noise=False)}
+
+
 class ObservationManager:
-    """Computes every observation group as one concatenated ``[N, D]`` tensor per group."""
+    """Computes every observation group: one ``[N, D]`` tensor per group (terms concatenated).
+
+    A group of a single term that returns more than one dimension per world (an ``image`` term's
+    ``[N, H, W, C]``) keeps that shape instead of being flattened.
+    """
 
     def __init__(self, env: BatchedEnv, groups: dict[str, ObsGroup]) -> None:
-        """Probe each term once to learn its width and build the noise/clip/scale hooks."""
+        """Probe each term once to learn its width and resolve the noise/clip/scale hooks."""
         for name in groups:
             if name not in OBS_GROUPS:
                 raise ValueError(f"observations: unknown group {name!r}; expected one of {', '.join(OBS_GROUPS)}")
+        groups = default_critic(groups)
         self.env = env
         self.groups = groups
-        self.term_dims: dict[str, dict[str, int]] = {}
+        self._slots: dict[str, list[_ObsSlot]] = {}
+        self._flat: dict[str, bool] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
         self._history: dict[str, torch.Tensor] = {}
         for gname, group in groups.items():
-            dims = {}
+            if not group.terms:
+                raise ValueError(f"observations.{gname}: a group needs at least one term")
+            slots = []
+            shape: tuple[int, ...] = ()
             for tname, term in group.terms.items():
+                where = f"observations.{gname}.{tname}"
                 value = term.func(env, **term.params)
-                if value.shape[0] != env.num_envs:
-                    raise ValueError(
-                        f"observations.{gname}.{tname}: term returned leading dim {value.shape[0]}, "
-                        f"expected num_envs={env.num_envs}"
-                    )
-                dims[tname] = int(value.reshape(env.num_envs, -1).shape[1])
-                if term.scale is not None:
-                    term.__dict__["_scale"] = _vector(term.scale, dims[tname], f"observations.{gname}.{tname}.scale")
-            self.term_dims[gname] = dims
-        self.dims = {g: sum(d.values()) * max(1, groups[g].history_length) for g, d in self.term_dims.items()}
+                if not isinstance(value, torch.Tensor) or value.ndim == 0 or value.shape[0] != env.num_envs:
+                    got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                    raise ValueError(f"{where}: expected a tensor [num_envs={env.num_envs}, ...], got {got}")
+                dim = int(value[0].numel())
+                scale = None if term.scale is None else _vector(term.scale, dim, f"{where}.scale")
+                if term.noise is not None and term.noise.kind not in ("uniform", "gaussian"):
+                    raise ValueError(f"{where}.noise.kind: expected 'uniform' or 'gaussian', got {term.noise.kind!r}")
+                slots.append(_ObsSlot(tname, term, dim, scale))
+                shape = tuple(value.shape[1:])
+            self._slots[gname] = slots
+            self._flat[gname] = len(slots) > 1 or len(shape) <= 1
+            if not self._flat[gname] and group.history_length > 1:
+                raise ValueError(f"observations.{gname}.history_length: stacking is for flat groups only")
+            frame = sum(sl.dim for sl in slots) if self._flat[gname] else shape
+            if self._flat[gname]:
+                self.shapes[gname] = (frame * max(1, group.history_length),)
+            else:
+                self.shapes[gname] = tuple(frame)
+        self.dims = {g: int(torch.Size(s).numel()) for g, s in self.shapes.items()}
+
+    def term_dims(self, group: str) -> dict[str, int]:
+        """Width of each term of ``group``, in concatenation order."""
+        return {sl.name: sl.dim for sl in self._slots[group]}
 
     def compute(self, env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """All groups at the current state, in the env's observation dtype.
 
-        With ``env_ids`` (worlds just reset) only those rows are returned, ``[len(env_ids), D]``:
-        noise is drawn for those worlds only, so each world's random stream is independent of the
-        others, and their history windows restart filled with the new frame.
+        With ``env_ids`` (worlds just reset) only those rows are returned: noise is drawn for
+        those worlds only, so each world's random stream is independent of the others, and their
+        history windows restart filled with the new frame.
         """
         env = self.env
         out: dict[str, torch.Tensor] = {}
         for gname, group in self.groups.items():
             parts = []
-            for term in group.terms.values():
+            for sl in self._slots[gname]:
+                term = sl.term
                 value = term.func(env, **term.params)
-                if value.ndim == 1:
-                    value = value.unsqueeze(1)
+                if self._flat[gname]:
+                    value = value.reshape(value.shape[0], -1)
                 if env_ids is not None:
                     value = value[env_ids]
                 if term.noise is not None and group.enable_noise and term.noise.scale > 0:
                     ids = env.all_ids if env_ids is None else env_ids
-                    value = value + env.draw_noise(ids, term.noise.kind, term.noise.scale, value.shape[1])
+                    noise = env.draw_noise(ids, term.noise.kind, term.noise.scale, sl.dim)
+                    value = value + noise.reshape(value.shape)
                 if term.clip is not None:
                     value = value.clamp(term.clip[0], term.clip[1])
-                if term.scale is not None:
-                    value = value * term.__dict__["_scale"]
+                if sl.scale is not None:
+                    value = value * sl.scale.reshape(value.shape[1:]) if not self._flat[gname] else value * sl.scale
                 parts.append(value)
-            frame = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(env.dtype)
+            # torch.cat copies even a single part: an observation never aliases live physics state.
+            frame = torch.cat(parts, dim=1).to(env.dtype) if self._flat[gname] else parts[0].to(env.dtype, copy=True)
             if group.history_length > 1:
                 frame = self._push_history(gname, frame, group.history_length, env_ids)
             out[gname] = frame

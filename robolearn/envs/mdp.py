@@ -36,6 +36,16 @@ def hinge_cos_sin(env: BatchedEnv, qpos_index: int) -> torch.Tensor:
     return torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
 
 
+def camera_image(env: BatchedEnv, camera: str | int = -1, width: int = 64, height: int = 64) -> torch.Tensor:
+    """RGB images ``[N, height, width, 3]`` in ``[0, 1]`` from one camera of every world.
+
+    Rendering is offscreen and per world (CPU rasterisation here), so an ``image`` group costs
+    milliseconds per world and step: use small images and few worlds.
+    """
+    frames = env.render(list(range(env.num_envs)), width=width, height=height, camera=camera)
+    return torch.from_numpy(frames).to(torch.float32).div_(255.0)
+
+
 def command(env: BatchedEnv, name: str) -> torch.Tensor:
     """The current value of command ``name`` ``[N, dim]``."""
     return env.command_manager.values[name]
