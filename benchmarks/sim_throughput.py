@@ -39,8 +39,10 @@ rounds of the ratio within a round (paired, so that slow drifts in load cancel).
 
 ``--profile`` adds, at ``--profile-size`` worlds, a breakdown of one robolearn step against the
 physics underneath it (interleaved as above) and a cProfile listing of robolearn's step.
-The contact-force section times ``contact_forces=True`` (a probe sensor that makes MuJoCo compute
-``cfrc_ext`` in every substep) against the default, for robolearn and raw physics alike.
+The contact-force section (``--cf-sizes``) times ``contact_forces=True`` (a probe sensor that makes
+MuJoCo compute ``cfrc_ext`` in every substep, and a persistent batch, one MjData per world) against
+the default, for robolearn and for raw physics: the probe model in a shared-MjData batch and in a
+persistent one, to tell the cost of the probe from the cost of persistence.
 """
 
 from __future__ import annotations
@@ -140,14 +142,23 @@ class Recording:
     ctrl: np.ndarray
 
 
-def record_rollout(task: str, threads: int, seed: int) -> tuple[Recording, mujoco.MjModel, int]:
-    """Roll the task out with random actions; return the recording, the model and the decimation."""
+@dataclass
+class TaskSetup:
+    """What every section of one task shares: models, control rate, action range, a recording."""
+
+    model: mujoco.MjModel
+    model_cf: mujoco.MjModel
+    decimation: int
+    low: np.ndarray
+    high: np.ndarray
+    recording: Recording
+
+
+def prepare(task: str, threads: int, seed: int) -> TaskSetup:
+    """Compile the task (with and without the contact-force probe) and record a random rollout."""
     env = robolearn.make(task, RECORD_WORLDS, seed=seed, nthread=threads)
-    actions = itertools.cycle(
-        torch.from_numpy(
-            action_pool(env.ctrl_low.numpy(), env.ctrl_high.numpy(), RECORD_WORLDS, seed)
-        ).unbind(0)
-    )
+    low, high = env.ctrl_low.numpy(), env.ctrl_high.numpy()
+    actions = itertools.cycle(torch.from_numpy(action_pool(low, high, RECORD_WORLDS, seed)).unbind(0))
     for _ in range(RECORD_BURN_IN):
         env.step(next(actions))
     qpos, qvel, ctrl = [], [], []
@@ -157,7 +168,8 @@ def record_rollout(task: str, threads: int, seed: int) -> tuple[Recording, mujoc
         env.step(next(actions))
         ctrl.append(env.sim.ctrl.numpy().copy())
     recording = Recording(np.stack(qpos), np.stack(qvel), np.stack(ctrl))
-    return recording, env.model, env.sim.decimation
+    model_cf = robolearn.make(task, 1, seed=seed, nthread=1, contact_forces=True).model
+    return TaskSetup(env.model, model_cf, env.sim.decimation, low, high, recording)
 
 
 class RawRunner:
@@ -353,20 +365,19 @@ def close_all(runners: dict[str, Runner]) -> None:
 
 
 # -- one task --------------------------------------------------------------------------------
-def bench_task(task: str, args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+def bench_task(
+    task: str, setup: TaskSetup, args: argparse.Namespace, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Time every method at every N for ``task``; return rates and ratios."""
     gym_id = GYMNASIUM_IDS.get(task)
-    recording, model, decimation = record_rollout(task, args.threads, args.seed)
-    probe = robolearn.make(task, 1, seed=args.seed, nthread=1)
-    low, high = probe.ctrl_low.numpy(), probe.ctrl_high.numpy()
     caps = list(dict.fromkeys(args.async_workers))
-    result: dict[str, Any] = {"task": task, "gym_id": gym_id, "decimation": decimation, "sizes": {}}
+    result: dict[str, Any] = {"task": task, "gym_id": gym_id, "decimation": setup.decimation, "sizes": {}}
     for n in args.sizes:
-        actions = action_pool(low, high, n, args.seed)
+        actions = action_pool(setup.low, setup.high, n, args.seed)
         log(f"{task} N={n}: building")
         runners: dict[str, Runner] = {
             "robolearn": RobolearnRunner(task, n, args.threads, actions, args.seed),
-            "raw": RawRunner(model, decimation, n, args.threads, recording),
+            "raw": RawRunner(setup.model, setup.decimation, n, args.threads, setup.recording),
         }
         workers: dict[str, int] = {}
         if gym_id is not None:
@@ -386,7 +397,7 @@ def bench_task(task: str, args: argparse.Namespace, log: Callable[[str], None]) 
         for name, w in workers.items():  # a cap that mapped onto an already-timed worker count
             first = next(k for k, v in workers.items() if v == w)
             rates.setdefault(name, rates[first])
-        result["sizes"][n] = summarize(rates, workers)
+        result["sizes"][n] = summarize(rates, workers) | {"loadavg": _loadavg()}
     return result
 
 
@@ -410,23 +421,20 @@ def summarize(rates: dict[str, list[float]], workers: dict[str, int]) -> dict[st
     return out
 
 
-def bench_contact_forces(task: str, args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+def bench_contact_forces(
+    task: str, setup: TaskSetup, args: argparse.Namespace, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Steps/s with ``contact_forces=True`` against the default, robolearn and raw physics."""
-    recording, model, decimation = record_rollout(task, args.threads, args.seed)
-    model_cf = robolearn.make(task, 1, seed=args.seed, nthread=1, contact_forces=True).model
-    probe = robolearn.make(task, 1, seed=args.seed, nthread=1)
-    low, high = probe.ctrl_low.numpy(), probe.ctrl_high.numpy()
+    dec, rec, threads = setup.decimation, setup.recording, args.threads
     out: dict[str, Any] = {}
     for n in args.cf_sizes:
-        actions = action_pool(low, high, n, args.seed)
+        actions = action_pool(setup.low, setup.high, n, args.seed)
         runners: dict[str, Runner] = {
-            "robolearn": RobolearnRunner(task, n, args.threads, actions, args.seed),
-            "robolearn+cf": RobolearnRunner(task, n, args.threads, actions, args.seed, contact_forces=True),
-            "raw": RawRunner(model, decimation, n, args.threads, recording),
-            "raw+probe": RawRunner(model_cf, decimation, n, args.threads, recording),
-            "raw+probe persistent": RawRunner(
-                model_cf, decimation, n, args.threads, recording, persistent=True
-            ),
+            "robolearn": RobolearnRunner(task, n, threads, actions, args.seed),
+            "robolearn+cf": RobolearnRunner(task, n, threads, actions, args.seed, contact_forces=True),
+            "raw": RawRunner(setup.model, dec, n, threads, rec),
+            "raw+probe": RawRunner(setup.model_cf, dec, n, threads, rec),
+            "raw+probe persistent": RawRunner(setup.model_cf, dec, n, threads, rec, persistent=True),
         }
         log(f"{task} contact forces N={n}: timing")
         try:
@@ -445,6 +453,7 @@ def bench_contact_forces(task: str, args: argparse.Namespace, log: Callable[[str
                 ),
             },
             "spread": spread(rates),
+            "loadavg": _loadavg(),
         }
     return out
 
@@ -467,19 +476,17 @@ class BackendRunner:
         self.env.close()
 
 
-def profile_step(task: str, args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+def profile_step(
+    task: str, setup: TaskSetup, args: argparse.Namespace, log: Callable[[str], None]
+) -> dict[str, Any]:
     """Where one robolearn step's time goes relative to raw physics, at ``--profile-size`` worlds."""
-    n = args.profile_size
-    recording, model, decimation = record_rollout(task, args.threads, args.seed)
-    probe = robolearn.make(task, 1, seed=args.seed, nthread=1)
-    actions = action_pool(probe.ctrl_low.numpy(), probe.ctrl_high.numpy(), n, args.seed)
+    n, dec, rec, threads = args.profile_size, setup.decimation, setup.recording, args.threads
+    actions = action_pool(setup.low, setup.high, n, args.seed)
     runners: dict[str, Runner] = {
-        "robolearn env.step": RobolearnRunner(task, n, args.threads, actions, args.seed),
-        "backend sim.step": BackendRunner(task, n, args.threads, recording, args.seed),
-        "batch.step, backend's binds": RawRunner(
-            model, decimation, n, args.threads, recording, BACKEND_DERIVED
-        ),
-        "raw batch.step": RawRunner(model, decimation, n, args.threads, recording),
+        "robolearn env.step": RobolearnRunner(task, n, threads, actions, args.seed),
+        "backend sim.step": BackendRunner(task, n, threads, rec, args.seed),
+        "batch.step, backend's binds": RawRunner(setup.model, dec, n, threads, rec, BACKEND_DERIVED),
+        "raw batch.step": RawRunner(setup.model, dec, n, threads, rec),
     }
     log(f"{task} profile N={n}: timing the layers")
     try:
@@ -509,15 +516,25 @@ def profile_step(task: str, args: argparse.Namespace, log: Callable[[str], None]
 
 
 # -- reporting -------------------------------------------------------------------------------
-def _git_commit() -> str:
+def _loadavg() -> tuple[float, float, float] | None:
+    """The 1, 5 and 15 minute load averages (other processes competing for the cores)."""
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
+
+
+def _git(*args: str) -> str:
     root = Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        )
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
     except OSError:
-        return "unknown"
-    return out.stdout.strip() or "unknown"
+        return ""
+    return out.stdout.strip()
+
+
+def _git_state() -> str:
+    """The commit, and ``+modified`` when the timed code (robolearn/, tasks/) differs from it."""
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = _git("status", "--porcelain", "--", "robolearn", "tasks")
+    return f"{commit}+modified" if dirty else commit
 
 
 def machine_info(threads: int) -> dict[str, Any]:
@@ -542,8 +559,8 @@ def machine_info(threads: int) -> dict[str, Any]:
         "gymnasium": gym.__version__,
         "numpy": np.__version__,
         "robolearn": robolearn.__version__,
-        "commit": _git_commit(),
-        "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "commit": _git_state(),
+        "loadavg_start": _loadavg(),
     }
 
 
@@ -567,7 +584,7 @@ def task_table(result: dict[str, Any], caps: list[int]) -> str:
         "rl/best gym",
         "raw/best gym",
     ]
-    head.append("spread")
+    head += ["spread", "load"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for n, s in result["sizes"].items():
         med, ratio = s["median"], s["ratio"]
@@ -583,9 +600,15 @@ def task_table(result: dict[str, Any], caps: list[int]) -> str:
         else:
             cells += ["n/a"] * (1 + len(asyncs))
             cells += [f"{ratio['robolearn/raw']:.2f}", "n/a", "n/a", "n/a", "n/a"]
-        cells.append(f"{100 * s['spread']:.0f}%")
+        cells += [f"{100 * s['spread']:.0f}%", _load(s)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _load(summary: dict[str, Any]) -> str:
+    """The 1-minute load average when a measurement ended, or n/a."""
+    load = summary.get("loadavg")
+    return "n/a" if load is None else f"{load[0]:.1f}"
 
 
 def target_verdict(result: dict[str, Any]) -> list[str]:
@@ -609,8 +632,8 @@ def cf_table(cf: dict[str, Any]) -> str:
     """Markdown table of the contact-force cost (rates, and each +cf variant over its baseline)."""
     lines = [
         "| N | robolearn | robolearn+cf | rl+cf / rl | raw | raw+probe | raw+probe / raw "
-        "| raw+probe persistent | persistent / raw | spread |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| raw+probe persistent | persistent / raw | spread | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, s in cf.items():
         med, ratio = s["median"], s["ratio"]
@@ -625,6 +648,7 @@ def cf_table(cf: dict[str, Any]) -> str:
             _k(med["raw+probe persistent"]),
             f"{ratio['raw+probe persistent/raw']:.2f}",
             f"{100 * s['spread']:.0f}%",
+            _load(s),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -695,7 +719,8 @@ def main(argv: list[str] | None = None) -> int:
         f"commit {m['commit']}; load average at start {m['loadavg_start']}\n"
     )
     for task in args.tasks:
-        result = bench_task(task, args, log)
+        setup = prepare(task, args.threads, args.seed)
+        result = bench_task(task, setup, args, log)
         report["tasks"][task] = result
         print(
             f"## {task}" + (f" vs {result['gym_id']}" if result["gym_id"] else " (no Gymnasium counterpart)")
@@ -706,16 +731,16 @@ def main(argv: list[str] | None = None) -> int:
             verdict = target_verdict(result)
             result["target"] = verdict
             print("Target (N >= 64: robolearn >= 0.8x raw and >= 3x the faster Gymnasium vector env):")
-            print("\n".join(f"- {line}" for line in verdict) + "\n")
+            print("\n".join(f"- {line}" for line in verdict or [f"no N >= {TARGET_MIN_SIZE} timed"]) + "\n")
         if args.cf_sizes:
-            cf = bench_contact_forces(task, args, log)
+            cf = bench_contact_forces(task, setup, args, log)
             result["contact_forces"] = cf
             print(f"### {task}: contact_forces=True\n\n{cf_table(cf)}\n")
         if args.profile:
-            prof = profile_step(task, args, log)
+            prof = profile_step(task, setup, args, log)
             result["profile"] = prof
             print(f"### {task}: where robolearn's step goes\n\n{profile_report(prof)}\n")
-    report["machine"]["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+    report["machine"]["loadavg_end"] = _loadavg()
     report["wall_s"] = time.perf_counter() - started
     print(f"load average at end {report['machine']['loadavg_end']}; wall time {report['wall_s']:.0f} s")
     if args.json is not None:

@@ -289,6 +289,8 @@ class TerminationManager:
         """``terminated[N]`` and ``truncated[N]`` bool tensors."""
         env = self.env
         truncated = env.episode_length >= env.max_episode_length
+        if not self.terms:
+            return torch.zeros_like(truncated), truncated
         terminated = torch.zeros_like(truncated)
         for name, term in self.terms.items():
             fired = term.func(env, **term.params)

@@ -59,6 +59,11 @@ def as_index_array(env_ids: torch.Tensor | Sequence[int] | np.ndarray | None, nu
     if env_ids is None:
         return np.arange(num_worlds, dtype=np.int32)
     if isinstance(env_ids, torch.Tensor):
+        if env_ids.dtype == torch.long and env_ids.ndim == 1:
+            ids = env_ids.numpy().astype(np.int32)
+            # Fast path: the env hands over sorted unique in-range ids (from nonzero or arange).
+            if ids.size == 0 or (ids[0] >= 0 and ids[-1] < num_worlds and (ids.size == 1 or (np.diff(ids) > 0).all())):
+                return ids
         if env_ids.dtype == torch.bool:
             env_ids = torch.nonzero(env_ids).flatten()
         env_ids = env_ids.detach().cpu().numpy()

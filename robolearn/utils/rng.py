@@ -19,11 +19,12 @@ _TWO53 = float(2**53)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
-    """The SplitMix64 finaliser, elementwise on ``uint64`` (wrap-around intended)."""
-    with np.errstate(over="ignore"):  # NumPy warns on scalar uint64 wrap-around; it is the hash
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
+    """The SplitMix64 finaliser, elementwise on ``uint64`` arrays (wrap-around intended; NumPy
+    warns about it only for scalars, which callers wrap in ``np.errstate``).
+    """
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
 
 
 class WorldRNG:
@@ -35,7 +36,7 @@ class WorldRNG:
             raise ValueError(f"num_worlds must be >= 1, got {num_worlds}")
         self.seed = int(seed)
         with np.errstate(over="ignore"):
-            self._key = _mix(np.uint64(self.seed & 0xFFFFFFFFFFFFFFFF) + _GOLDEN)
+            self._key = _mix(np.array([self.seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) + _GOLDEN)[0]
         self.counters = np.zeros(num_worlds, dtype=np.uint64)
 
     def uniform(self, ids: np.ndarray, size: int, low: float = 0.0, high: float = 1.0) -> np.ndarray:
