@@ -126,7 +126,7 @@ class ObservationManager:
             for sl in self._slots[gname]:
                 term = sl.term
                 value = term.func(env, **term.params)
-                if self._flat[gname]:
+                if self._flat[gname] and value.ndim != 2:
                     value = value.reshape(value.shape[0], -1)
                 if env_ids is not None:
                     value = value[env_ids]

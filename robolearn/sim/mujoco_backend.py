@@ -80,7 +80,7 @@ class MujocoBackend:
         lo, hi = min(DIVERGENCE_WARNINGS), max(DIVERGENCE_WARNINGS) + 1
         if sorted(DIVERGENCE_WARNINGS) != list(range(lo, hi)):  # a slice is cheaper than a list index
             raise RuntimeError("divergence warning slots are not contiguous in this MuJoCo build")
-        self._warn_slots = slice(lo, hi)
+        self._warn_counts = b.warning[:, lo:hi, 1]  # a live view of the counters (basic slicing)
         b.reset()
         self._warn_sum = self._warning_sum()
 
@@ -153,7 +153,7 @@ class MujocoBackend:
 
     def _warning_sum(self) -> np.ndarray:
         """Per-world count of divergence warnings so far (MuJoCo resets a world when it raises one)."""
-        return self._batch.warning[:, self._warn_slots, 1].sum(axis=1)
+        return self._warn_counts.sum(axis=1)
 
     def reset(
         self,
