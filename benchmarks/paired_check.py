@@ -1,8 +1,16 @@
-"""Paired robolearn-vs-raw-physics check for HalfCheetah at N = 64 and 256 (no Gymnasium processes).
+"""Paired robolearn-vs-raw-physics check for HalfCheetah (no Gymnasium processes).
 
-Alternates 200 robolearn steps with 200 raw mujoco.batch steps for 12 rounds and prints the median
-ratio raw time / robolearn time, with the per-round range.
+Alternates 200 robolearn steps with 200 raw ``mujoco.batch`` steps (same model, decimation and
+threads) for 12 rounds at each N and prints the median ratio raw time / robolearn time with the
+per-round range. Episode counters are staggered so partial resets happen at their steady rate.
+
+    python benchmarks/paired_check.py [--sizes 64 256] [--rounds 12]
 """
+
+from __future__ import annotations
+
+import argparse
+import os
 import statistics
 import time
 
@@ -11,23 +19,46 @@ from mujoco.batch import Batch
 
 import robolearn
 
-torch.set_num_threads(1)
-for N in [64, 256]:
-    env = robolearn.make("HalfCheetah", N, seed=0)
-    env.episode_length[:] = torch.randint(0, 1000, (N,))
-    acts = [torch.rand(N, 6) * 2 - 1 for _ in range(64)]
-    b = Batch(env.model, N, nthread=2); q = b.bind("qpos"); v = b.bind("qvel"); c = b.bind("ctrl")
-    q[:] = env.sim.qpos.numpy(); v[:] = env.sim.qvel.numpy()
-    ua = [a.double().numpy() for a in acts]
-    ratios = []
-    for r in range(12):
-        t = time.perf_counter()
-        for i in range(200): env.step(acts[i % 64])
-        te = time.perf_counter() - t
-        t = time.perf_counter()
-        for i in range(200):
-            c[:] = ua[i % 64]; b.step(nstep=5)
-        tr = time.perf_counter() - t
-        if r % 3 == 0: q[:] = env.sim.qpos.numpy(); v[:] = env.sim.qvel.numpy()
-        ratios.append(tr / te)
-    print(N, "rl/raw median", round(statistics.median(ratios), 3), "range", round(min(ratios),3), round(max(ratios),3), "rl us/step", round(te/200*1e6), "raw", round(tr/200*1e6))
+
+def paired(n: int, rounds: int, steps: int = 200) -> tuple[float, float, float, float, float]:
+    env = robolearn.make("HalfCheetah", n, seed=0)
+    env.episode_length[:] = torch.randint(0, env.max_episode_length, (n,))
+    actions = [torch.rand(n, env.action_dim) * 2 - 1 for _ in range(64)]
+    batch = Batch(env.model, n, nthread=min(os.cpu_count() or 1, n))
+    qpos, qvel, ctrl = batch.bind("qpos"), batch.bind("qvel"), batch.bind("ctrl")
+    controls = [a.double().numpy() for a in actions]
+    ratios, rl_us, raw_us = [], [], []
+    for r in range(rounds):
+        if r % 3 == 0:  # raw physics replays states from the task's own trajectories
+            qpos[:] = env.sim.qpos.numpy()
+            qvel[:] = env.sim.qvel.numpy()
+        t0 = time.perf_counter()
+        for i in range(steps):
+            env.step(actions[i % 64])
+        t_rl = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for i in range(steps):
+            ctrl[:] = controls[i % 64]
+            batch.step(nstep=env.cfg.decimation)
+        t_raw = time.perf_counter() - t0
+        ratios.append(t_raw / t_rl)
+        rl_us.append(t_rl / steps * 1e6)
+        raw_us.append(t_raw / steps * 1e6)
+    return statistics.median(ratios), min(ratios), max(ratios), statistics.median(rl_us), statistics.median(raw_us)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--rounds", type=int, default=12)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print("| N | robolearn/raw (median) | range | robolearn us/step | raw us/step |")
+    print("|---:|---:|---:|---:|---:|")
+    for n in args.sizes:
+        med, lo, hi, rl, raw = paired(n, args.rounds)
+        print(f"| {n} | {med:.2f} | {lo:.2f}-{hi:.2f} | {rl:.0f} | {raw:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
