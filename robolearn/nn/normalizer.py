@@ -1,0 +1,41 @@
+"""Empirical observation normalisation with running statistics (Chan et al. parallel update)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class EmpiricalNormalizer(nn.Module):
+    """``(x - mean) / sqrt(var + eps)``, clipped; statistics are buffers, so they checkpoint and
+    export with the model. ``update`` is called by the algorithm on fresh data only.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-8, clip: float | None = 10.0, until: int | None = None) -> None:
+        """``until``: stop updating after this many samples (freezes the statistics)."""
+        super().__init__()
+        self.eps, self.clip, self.until = eps, clip, until
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x[..., dim]``."""
+        y = (x - self.mean) * torch.rsqrt(self.var + self.eps)
+        return y.clamp(-self.clip, self.clip) if self.clip is not None else y
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch ``x[B, dim]`` into the running mean and variance (no host sync)."""
+        if self.until is not None and float(self.count) >= self.until:
+            return
+        x = x.reshape(-1, self.mean.shape[0]).to(self.mean.dtype)
+        n = x.shape[0]
+        batch_mean = x.mean(dim=0)
+        batch_var = x.var(dim=0, unbiased=False)
+        total = self.count + n
+        w = (n / total).to(self.mean.dtype)
+        delta = batch_mean - self.mean
+        self.mean.add_(delta * w)
+        self.var.copy_(self.var * (1 - w) + batch_var * w + delta.square() * w * (1 - w))
+        self.count.copy_(total)
