@@ -346,3 +346,20 @@ def test_image_group_keeps_its_shape():
     assert obs["image"].dtype == torch.float32 and 0 <= obs["image"].min() and obs["image"].max() <= 1
     assert obs["image"].std() > 0.01  # a scene, not a blank frame
     env.close()
+
+
+def test_policy_spec_describes_observations_and_actions():
+    import json
+
+    env = robolearn.make("HalfCheetah", 2, seed=0)
+    spec = json.loads(json.dumps(env.policy_spec()))  # JSON-serialisable as it is
+    assert spec["task_id"] == "HalfCheetah" and spec["control_rate_hz"] == pytest.approx(20.0)
+    policy = spec["observations"]["policy"]
+    assert policy["shape"] == [17]
+    assert [(t["name"], t["start"], t["dim"]) for t in policy["terms"]] == [("joint_pos", 0, 8), ("joint_vel", 8, 9)]
+    (act,) = spec["actions"]
+    assert act["kind"] == "torque" and act["dim"] == 6
+    assert act["actuators"] == ["bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot"]
+    assert spec["joint_order"] == act["joints"] == ["bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot"]
+    assert act["low"] == [-1.0] * 6 and act["high"] == [1.0] * 6 and act["scale"] == [1.0] * 6
+    assert spec["qpos_joints"][:3] == ["rootx", "rootz", "rooty"]

@@ -183,6 +183,12 @@ class BatchedEnv:
         self._obs = self._splice_obs(self.obs, ids)
         return self._obs
 
+    def policy_spec(self) -> dict[str, Any]:
+        """JSON-ready description of observations, actions, rates and joints (``policy_spec.json``)."""
+        from robolearn.envs.spec import policy_spec
+
+        return policy_spec(self)
+
     @property
     def obs(self) -> Obs:
         """The latest observation groups (computed on first access)."""
