@@ -59,8 +59,8 @@ PACKAGE_FILE_ONLY = {"facade", "sim2real"}
 EVERYTHING = frozenset(GROUPS)
 
 MAY_IMPORT: dict[str, frozenset[str]] = {
-    # The package facade builds envs of registered tasks: robolearn.make / list_tasks.
-    "facade": frozenset({"envs", "tasks"}),
+    # The package facade builds envs of registered tasks (robolearn.make / list_tasks) and reads the version.
+    "facade": frozenset({"envs", "tasks", "utils"}),
     "types": frozenset(),
     "utils": frozenset({"types"}),
     "sim": frozenset({"types", "utils"}),

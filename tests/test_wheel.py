@@ -246,3 +246,11 @@ def test_setup_script_installs_the_gl_packages_the_renderer_names() -> None:
     assert listed, "scripts/setup.sh has no APT_PACKAGES=(...) list"
     missing = {p for pkgs in table.values() for p in pkgs.split()} - set(listed.group(1).split())
     assert not missing, f"scripts/setup.sh does not install {sorted(missing)}, which the renderer needs"
+
+
+def test_version_string_matches_pyproject() -> None:
+    import tomllib
+
+    from robolearn import __version__
+
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"] == __version__

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import mujoco
 import numpy as np
 
+from robolearn.utils.version import VERSION
+
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
 
@@ -31,8 +33,6 @@ def _jsonable(value: Any) -> Any:
 
 def policy_spec(env: BatchedEnv) -> dict[str, Any]:
     """The JSON-ready spec of ``env``: observation groups and terms in order, actions, rates, joints."""
-    from robolearn import __version__
-
     model = env.model
     om, am = env.observation_manager, env.action_manager
     groups: dict[str, Any] = {}
@@ -88,7 +88,7 @@ def policy_spec(env: BatchedEnv) -> dict[str, Any]:
         )
     return {
         "spec_version": SPEC_VERSION,
-        "robolearn_version": __version__,
+        "robolearn_version": VERSION,
         "task_id": env.task_id,
         "control_rate_hz": 1.0 / env.dt,
         "dt": env.dt,

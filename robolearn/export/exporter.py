@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from robolearn.utils.version import VERSION
+
 log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
@@ -162,12 +164,10 @@ def build_manifest(
     spec: dict[str, Any], files: dict[str, Any], *, obs_group: str = "policy", parity_samples: int = 0
 ) -> dict[str, Any]:
     """The manifest: inputs and outputs with their meaning, rates, joints, files and a content hash."""
-    from robolearn import __version__
-
     group = spec["observations"][obs_group]
     manifest: dict[str, Any] = {
         "manifest_version": MANIFEST_VERSION,
-        "robolearn_version": __version__,
+        "robolearn_version": VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "task_id": spec.get("task_id", ""),
         "inputs": [

@@ -9,6 +9,7 @@ outputs pass BigCrush when used as a counter-based generator, which is ample for
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -66,11 +67,13 @@ class WorldRNG:
 
     def state_dict(self) -> dict[str, object]:
         """Seed and per-world counters, for checkpoints."""
-        return {"seed": self.seed, "counters": self.counters.copy()}
+        # A torch tensor, so checkpoints load with weights_only=True.
+        return {"seed": self.seed, "counters": torch.from_numpy(self.counters.copy())}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore seed and counters saved by :meth:`state_dict`."""
-        counters = np.asarray(state["counters"], dtype=np.uint64)
+        raw = state["counters"]
+        counters = np.asarray(raw.numpy() if isinstance(raw, torch.Tensor) else raw, dtype=np.uint64)
         if counters.shape != self.counters.shape:
             raise ValueError(
                 f"rng counters: expected shape {self.counters.shape}, got {counters.shape}"
