@@ -183,6 +183,48 @@ class BatchedEnv:
         self._obs = self._splice_obs(self.obs, ids)
         return self._obs
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to continue exactly: physics, counters, streams, buffers."""
+        om, cm, em = self.observation_manager, self.command_manager, self.event_manager
+        return {
+            "sim": self.sim.state_dict(),
+            "episode_length": self.episode_length.clone(),
+            "action": self.action.clone(),
+            "prev_action": self.prev_action.clone(),
+            "prev_qpos": self.prev_qpos.clone(),
+            "rng": self.rng.state_dict(),
+            "episode_sums": self.reward_manager.episode_sums.clone(),
+            "commands": {k: v.clone() for k, v in cm.values.items()},
+            "command_timers": {k: v.clone() for k, v in cm.timers.items()},
+            "event_timers": {k: v.clone() for k, v in em.timers.items()},
+            "history": {k: v.clone() for k, v in om._history.items()},
+            "obs": {k: v.clone() for k, v in self.obs.items()},
+            "num_diverged": self.num_diverged,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (same task, same number of worlds)."""
+        if state["episode_length"].shape != self.episode_length.shape:
+            raise ValueError(
+                f"env state: saved for {state['episode_length'].shape[0]} worlds, this env has {self.num_envs}"
+            )
+        self.sim.load_state_dict(state["sim"])
+        self.episode_length.copy_(state["episode_length"])
+        self.action = state["action"].clone()
+        self.prev_action = state["prev_action"].clone()
+        self.prev_qpos.copy_(state["prev_qpos"])
+        self.rng.load_state_dict(state["rng"])
+        self.reward_manager.episode_sums.copy_(state["episode_sums"])
+        for k, v in state["commands"].items():
+            self.command_manager.values[k].copy_(v)
+        for k, v in state["command_timers"].items():
+            self.command_manager.timers[k].copy_(v)
+        for k, v in state["event_timers"].items():
+            self.event_manager.timers[k].copy_(v)
+        self.observation_manager._history = {k: v.clone() for k, v in state["history"].items()}
+        self._obs = {k: v.clone() for k, v in state["obs"].items()}
+        self.num_diverged = int(state["num_diverged"])
+
     def policy_spec(self) -> dict[str, Any]:
         """JSON-ready description of observations, actions, rates and joints (``policy_spec.json``)."""
         from robolearn.envs.spec import policy_spec

@@ -170,6 +170,14 @@ class SimBackend(Protocol):
         """World ``world``'s model, with its per-world fields (for rendering or inspection)."""
         ...
 
+    def state_dict(self) -> dict[str, object]:
+        """Every world's full integration state and per-world fields, as tensors (for checkpoints)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`; stepping then continues exactly as it would have."""
+        ...
+
     def get_data(self, world: int) -> mujoco.MjData:
         """World ``world``'s state in a fresh ``MjData`` with derived quantities computed."""
         ...

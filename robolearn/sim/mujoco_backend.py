@@ -81,6 +81,7 @@ class MujocoBackend:
         if sorted(DIVERGENCE_WARNINGS) != list(range(lo, hi)):  # a slice is cheaper than a list index
             raise RuntimeError("divergence warning slots are not contiguous in this MuJoCo build")
         self._warn_counts = b.warning[:, lo:hi, 1]  # a live view of the counters (basic slicing)
+        self._written: set[str] = set()  # model fields made per-world, for checkpoints
         b.reset()
         self._warn_sum = self._warning_sum()
 
@@ -182,6 +183,7 @@ class MujocoBackend:
         ids = as_index_array(env_ids, self.num_worlds)
         rows = self._batch.expand(field)
         rows[ids] = _numpy(values, (ids.size, *rows.shape[1:]), name, broadcast=True)
+        self._written.add(field)
         if field.split(".")[-1] in mujoco.MjModel._setconst_inputs or field.startswith("opt."):
             self._batch.set_const(ids)
 
@@ -193,6 +195,26 @@ class MujocoBackend:
             template = np.asarray(getattr(self.model.opt, field[4:]) if field.startswith("opt.") else getattr(self.model, field))
             rows = np.broadcast_to(template, (self.num_worlds, *template.shape))
         return torch.tensor(np.array(rows))
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, object]:
+        """Every world's full integration state (incl. the solver warm start) and per-world fields."""
+        return {
+            "state": torch.from_numpy(self._batch.state.copy()),
+            "fields": {f: self.get_model_field(f) for f in sorted(self._written)},
+            "warnings": torch.from_numpy(self._warn_sum.copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`; the next step continues bit for bit."""
+        saved = state["state"]
+        if tuple(saved.shape) != self._batch.state.shape:
+            raise ValueError(f"state: expected shape {self._batch.state.shape}, got {tuple(saved.shape)}")
+        for field, values in state["fields"].items():
+            self.set_model_field(field, values)
+        self._batch.state[:] = saved.numpy()
+        self._batch.forward()  # derived fields follow the restored state
+        self._warn_sum = self._warning_sum()
 
     # -- one world, for rendering and inspection ---------------------------------------------
     def get_model(self, world: int) -> mujoco.MjModel:

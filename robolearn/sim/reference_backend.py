@@ -40,6 +40,7 @@ class ReferenceBackend:
         self.forward_after_step = forward_after_step
         self.models = [copy.copy(model) for _ in range(self.num_worlds)]
         self.datas = [mujoco.MjData(m) for m in self.models]
+        self._written: set[str] = set()
         for m, d in zip(self.models, self.datas, strict=True):
             mujoco.mj_forward(m, d)
         self._read()
@@ -111,11 +112,32 @@ class ReferenceBackend:
             else:
                 getattr(m, field)[...] = arr[k]
             mujoco.mj_setConst(m, self.datas[i])
+        self._written.add(field)
 
     def get_model_field(self, name: str) -> torch.Tensor:
         """Per-world values ``[N, ...]`` of a model field."""
         field = resolve_field(name)
         return torch.tensor(np.stack([np.array(self._field(m, field)) for m in self.models]))
+
+    _SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
+
+    def state_dict(self) -> dict[str, object]:
+        """Every world's integration state (``mj_getState``) and per-world fields."""
+        rows = []
+        for m, d in zip(self.models, self.datas, strict=True):
+            row = np.empty(mujoco.mj_stateSize(m, self._SPEC))
+            mujoco.mj_getState(m, d, row, self._SPEC)
+            rows.append(row)
+        return {"state": torch.from_numpy(np.stack(rows)), "fields": {f: self.get_model_field(f) for f in sorted(self._written)}}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore :meth:`state_dict`."""
+        for field, values in state["fields"].items():
+            self.set_model_field(field, values)
+        for row, m, d in zip(state["state"].numpy(), self.models, self.datas, strict=True):
+            mujoco.mj_setState(m, d, row, self._SPEC)
+            mujoco.mj_forward(m, d)
+        self._read()
 
     @staticmethod
     def _field(model: mujoco.MjModel, field: str) -> np.ndarray:
