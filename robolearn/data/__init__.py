@@ -1,5 +1,6 @@
-"""Data: on-policy rollout storage (replay buffers and offline datasets join with later issues)."""
+"""Data: on-policy rollout storage and the device replay buffer (offline datasets join with issue 6)."""
 
+from robolearn.data.replay import ReplayBuffer
 from robolearn.data.rollout import RolloutBatch, RolloutStorage
 
-__all__ = ["RolloutBatch", "RolloutStorage"]
+__all__ = ["ReplayBuffer", "RolloutBatch", "RolloutStorage"]

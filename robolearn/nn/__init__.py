@@ -1,6 +1,17 @@
 """Networks: MLPs, normalisers, distributions, vmapped ensembles (more with later issues)."""
 
+from robolearn.nn.actors import TanhGaussianActor
+from robolearn.nn.ensemble import CriticEnsemble, VmapEnsemble, make_target, soft_update_
 from robolearn.nn.mlp import ACTIVATIONS, MLP
 from robolearn.nn.normalizer import EmpiricalNormalizer
 
-__all__ = ["ACTIVATIONS", "MLP", "EmpiricalNormalizer"]
+__all__ = [
+    "ACTIVATIONS",
+    "MLP",
+    "CriticEnsemble",
+    "EmpiricalNormalizer",
+    "TanhGaussianActor",
+    "VmapEnsemble",
+    "make_target",
+    "soft_update_",
+]

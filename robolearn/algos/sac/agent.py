@@ -1,0 +1,241 @@
+"""Soft Actor-Critic with a vmapped critic ensemble: SAC by default, REDQ by configuration.
+
+Verbs only (DESIGN.md, "Algorithm"): the runner owns the loop. The hot path never syncs with the
+host: alpha stays a tensor, targets follow by ``torch._foreach_lerp_``, the REDQ subset is drawn
+with ``torch.randperm`` on the device generator, and ``update`` returns tensors, never floats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from robolearn.algos.sac.config import SACConfig
+from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
+from robolearn.data.replay import ReplayBuffer
+from robolearn.nn.actors import TanhGaussianActor
+from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
+from robolearn.types import Batch, Obs, Transition
+
+
+class SAC:
+    """Actor, critic ensemble, target ensemble, temperature and replay buffer, with their optimisers."""
+
+    def __init__(
+        self,
+        obs_dims: Mapping[str, int],
+        action_dim: int,
+        cfg: SACConfig | None = None,
+        *,
+        action_low: torch.Tensor | float = -1.0,
+        action_high: torch.Tensor | float = 1.0,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ) -> None:
+        """Build the learner.
+
+        Args:
+            obs_dims: flat size of each observation group (``BatchedEnv.obs_dims``).
+            action_dim: action size A.
+            cfg: hyperparameters (defaults if ``None``).
+            action_low: finite lower action bounds the actor squashes into.
+            action_high: finite upper action bounds.
+            device: where networks, buffer and generator live.
+            seed: seeds the network init, the sampling generator and the exploration noise.
+        """
+        self.cfg = cfg = cfg or SACConfig()
+        self.device = torch.device(device)
+        self.actor_group, self.critic_group = cfg.actor_obs_group, cfg.critic_group
+        for group in (self.actor_group, self.critic_group):
+            if group not in obs_dims:
+                raise ValueError(f"observation group {group!r} not among the env's groups {sorted(obs_dims)}")
+        self.action_dim = int(action_dim)
+        torch.manual_seed(seed)  # network init
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.actor = TanhGaussianActor(
+            obs_dims[self.actor_group],
+            action_dim,
+            cfg.actor_hidden,
+            cfg.activation,
+            cfg.actor_layer_norm,
+            action_low,
+            action_high,
+        ).to(self.device)
+        self.critic = CriticEnsemble(
+            obs_dims[self.critic_group],
+            action_dim,
+            cfg.num_critics,
+            cfg.critic_hidden,
+            cfg.layer_norm,
+            cfg.activation,
+        ).to(self.device)
+        self.target_critic = make_target(self.critic)
+        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device, requires_grad=True)
+        self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.replay = ReplayBuffer(cfg.buffer_size, self.device)
+        self.num_updates = 0
+        """Gradient steps taken on the critic (host counter; drives ``policy_delay``)."""
+
+    # -- acting -------------------------------------------------------------------------------
+    @property
+    def alpha(self) -> torch.Tensor:
+        """Current temperature, a detached 0-d tensor."""
+        return self.log_alpha.detach().exp()
+
+    @torch.inference_mode()
+    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Exploration actions ``[N, A]``: uniform in the bounds until ``learning_starts``, then sampled."""
+        x = obs[self.actor_group].to(self.device)
+        if len(self.replay) < self.cfg.learning_starts:
+            u = torch.rand((x.shape[0], self.action_dim), generator=self.generator, device=self.device)
+            return self.actor.action_offset + self.actor.action_scale * (2.0 * u - 1.0)
+        action, _ = self.actor(x, generator=self.generator)
+        return action
+
+    @torch.inference_mode()
+    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Deterministic actions ``[N, A]`` (the squashed mean) for evaluation and export."""
+        return self.actor.act_deterministic(obs[self.actor_group].to(self.device))
+
+    # -- data -----------------------------------------------------------------------------------
+    def process(
+        self,
+        obs: Obs | Transition,
+        action: torch.Tensor | None = None,
+        reward: torch.Tensor | None = None,
+        next_obs: Obs | None = None,
+        terminated: torch.Tensor | None = None,
+        truncated: torch.Tensor | None = None,
+    ) -> None:
+        """Store one batched env step (``[N, ...]``), either as fields or as one :class:`Transition`.
+
+        ``next_obs`` is ``info["final_obs"]``: for worlds that ended this step, the observation
+        before the reset. Only ``terminated`` stops bootstrapping; time-outs bootstrap from it.
+        """
+        if isinstance(obs, Transition):
+            obs, action, reward, next_obs, terminated, truncated = (
+                obs.obs,
+                obs.action,
+                obs.reward,
+                obs.next_obs,
+                obs.terminated,
+                obs.truncated,
+            )
+        if action is None or reward is None or next_obs is None or terminated is None:
+            raise ValueError("process: expected a Transition or obs, action, reward, next_obs, terminated")
+        groups = {self.actor_group, self.critic_group}
+        self.replay.add(
+            {g: obs[g] for g in groups},
+            action,
+            reward,
+            {g: next_obs[g] for g in groups},
+            terminated,
+            truncated,
+        )
+
+    # -- learning -------------------------------------------------------------------------------
+    def update(self) -> dict[str, torch.Tensor]:
+        """``utd_ratio`` gradient steps; returns the last step's losses and diagnostics (tensors).
+
+        Returns an empty dict until ``learning_starts`` transitions are stored.
+        """
+        if len(self.replay) < max(self.cfg.learning_starts, 1):
+            return {}
+        out: dict[str, torch.Tensor] = {}
+        for _ in range(self.cfg.utd_ratio):
+            batch = self.replay.sample(self.cfg.batch_size, self.generator)
+            out.update(self.update_step(batch, update_actor=self.num_updates % self.cfg.policy_delay == 0))
+            self.num_updates += 1
+        return out
+
+    def update_step(self, batch: Batch, update_actor: bool = True) -> dict[str, torch.Tensor]:
+        """One critic step (and, if ``update_actor``, one actor and alpha step) on ``batch``, then the
+        target lerp. Free of host syncs, so it can be wrapped in ``torch.compile``.
+        """
+        cfg = self.cfg
+        subset = None
+        if cfg.num_target_subset is not None and cfg.num_target_subset < cfg.num_critics:
+            perm = torch.randperm(cfg.num_critics, generator=self.generator, device=self.device)
+            subset = perm[: cfg.num_target_subset]
+        alpha = self.alpha
+        losses = critic_loss(
+            self.critic,
+            self.target_critic,
+            self.actor,
+            batch,
+            alpha,
+            cfg.gamma,
+            self.actor_group,
+            self.critic_group,
+            subset,
+            self.generator,
+        )
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        losses["loss_critic"].backward()
+        self.critic_optimizer.step()
+        out = {k: v.detach() for k, v in losses.items()}
+
+        if update_actor:
+            a_losses = actor_loss(
+                self.actor,
+                self.critic,
+                batch,
+                alpha,
+                self.actor_group,
+                self.critic_group,
+                cfg.actor_q_reduction,
+                self.generator,
+            )
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            a_losses["loss_actor"].backward()
+            self.actor_optimizer.step()
+            out["loss_actor"] = a_losses["loss_actor"].detach()
+            out["entropy"] = a_losses["entropy"]
+            if cfg.autotune_alpha:
+                al = alpha_loss(self.log_alpha, a_losses["log_prob"], self.target_entropy)
+                self.alpha_optimizer.zero_grad(set_to_none=True)
+                al["loss_alpha"].backward()
+                self.alpha_optimizer.step()
+                out["loss_alpha"] = al["loss_alpha"].detach()
+
+        soft_update_(self.target_critic, self.critic, cfg.tau)
+        out["alpha"] = self.alpha
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, target critics, temperature, optimisers, replay buffer, generator and counters."""
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "replay": self.replay.state_dict(),
+            "generator": self.generator.get_state(),
+            "num_updates": self.num_updates,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`; an offline checkpoint without ``replay`` keeps this buffer."""
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state.get("target_critic", state["critic"]))
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        for name in ("actor_optimizer", "critic_optimizer", "alpha_optimizer"):
+            if name in state:
+                getattr(self, name).load_state_dict(state[name])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+        if "generator" in state:
+            self.generator.set_state(state["generator"])
+        self.num_updates = int(state.get("num_updates", 0))

@@ -1,0 +1,85 @@
+"""SAC (and REDQ, via ``num_critics``/``num_target_subset``/``utd_ratio``) configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SACConfig:
+    """Soft Actor-Critic hyperparameters; defaults follow CleanRL's ``sac_continuous_action.py``."""
+
+    batch_size: int = 256
+    """Transitions per gradient step."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak rate of the target critics: ``target <- (1 - tau) * target + tau * online``."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor."""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critic ensemble."""
+    alpha_lr: float = 1e-3
+    """Adam learning rate of ``log_alpha`` (automatic entropy tuning)."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature."""
+    autotune_alpha: bool = True
+    """Learn alpha towards ``target_entropy``; if False alpha stays ``init_alpha``."""
+    target_entropy: float | None = None
+    """Entropy the temperature steers to; ``None`` means ``-action_dim``."""
+    num_critics: int = 2
+    """Critics in the ensemble (REDQ uses 10)."""
+    num_target_subset: int | None = None
+    """Target critics the TD target takes the min over, drawn at random each step; ``None`` = all (REDQ: 2)."""
+    actor_q_reduction: str = "min"
+    """How the actor loss reduces the ensemble: ``min`` (SAC) or ``mean`` (REDQ)."""
+    utd_ratio: int = 1
+    """Gradient steps per :meth:`SAC.update` call (update-to-data ratio per env step; REDQ: 20)."""
+    policy_delay: int = 1
+    """Actor and alpha are updated on every ``policy_delay``-th critic step."""
+    learning_starts: int = 5000
+    """Stored transitions before updates begin; until then ``act`` returns uniform random actions."""
+    layer_norm: bool = False
+    """LayerNorm after each hidden layer of the critics (and of the actor if ``actor_layer_norm``)."""
+    actor_layer_norm: bool = False
+    """LayerNorm in the actor's hidden layers."""
+    actor_hidden: tuple[int, ...] = (256, 256)
+    """Actor hidden layer widths."""
+    critic_hidden: tuple[int, ...] = (256, 256)
+    """Critic hidden layer widths."""
+    activation: str = "relu"
+    """Hidden activation of both networks (a key of ``robolearn.nn.ACTIVATIONS``)."""
+    actor_obs_group: str = "policy"
+    """Observation group the actor reads."""
+    critic_obs_group: str | None = None
+    """Observation group the critic reads; ``None`` means the actor's."""
+
+    def __post_init__(self) -> None:
+        """Validate ranges; a bad value names the field."""
+        positive = ("batch_size", "buffer_size", "num_critics", "utd_ratio", "policy_delay")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma: expected a value in [0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau: expected a value in (0, 1], got {self.tau}")
+        if self.init_alpha <= 0.0:
+            raise ValueError(f"init_alpha: expected > 0, got {self.init_alpha}")
+        if self.num_target_subset is not None and not 1 <= self.num_target_subset <= self.num_critics:
+            raise ValueError(
+                f"num_target_subset: expected None or 1..num_critics ({self.num_critics}), got {self.num_target_subset}"
+            )
+        if self.actor_q_reduction not in ("min", "mean"):
+            raise ValueError(f"actor_q_reduction: expected 'min' or 'mean', got {self.actor_q_reduction!r}")
+        if self.learning_starts < 0:
+            raise ValueError(f"learning_starts: expected >= 0, got {self.learning_starts}")
+        self.actor_hidden = tuple(self.actor_hidden)
+        self.critic_hidden = tuple(self.critic_hidden)
+
+    @property
+    def critic_group(self) -> str:
+        """The group the critic actually reads."""
+        return self.critic_obs_group or self.actor_obs_group
