@@ -137,7 +137,8 @@ class OnPolicyRunner:
                 metrics["time/env_steps_per_s"] = self.env_steps / max(self.wall_time, 1e-9)
                 logger.log(metrics, step=self.env_steps)
                 logger.progress(self.env_steps)
-                if last or self.update_idx % cfg.checkpoint_interval == 0:
+                # No checkpoint inside a streak of skipped updates: the last one stays before the trouble.
+                if self.bad_updates == 0 and (last or self.update_idx % cfg.checkpoint_interval == 0):
                     self._checkpoint()
         finally:
             logger.close()
@@ -274,11 +275,13 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """Drop rows logged after ``step`` (the run continues from there and logs them again)."""
     if not path.exists():
         return
-    with path.open(newline="") as fh:
-        rows = list(csv.reader(fh))
+    text = path.read_text()
+    if not text.endswith("\n"):  # a row torn by the kill: drop it
+        text = text[: text.rfind("\n") + 1]
+    rows = list(csv.reader(text.splitlines()))
     if not rows:
         return
-    kept = [rows[0]] + [r for r in rows[1:] if r and float(r[0]) <= step]
+    kept = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0]) and float(r[0]) <= step]
     tmp = path.with_name(f".{path.name}.tmp")
     with tmp.open("w", newline="") as fh:
         csv.writer(fh).writerows(kept)
