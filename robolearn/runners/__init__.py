@@ -1,9 +1,10 @@
 """Runners: the training and evaluation loops, and the checkpoints they write and resume from.
 
-The on-policy loop is here; the off-policy, offline, offline-to-online and distillation loops
+The on-policy and off-policy loops are here; the offline, offline-to-online and distillation loops
 join it with their issues.
 """
 
+from robolearn.runners.base import BaseRunner, RunnerConfig, TrainingDiverged
 from robolearn.runners.checkpoint import (
     CheckpointError,
     CheckpointManager,
@@ -12,11 +13,14 @@ from robolearn.runners.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from robolearn.runners.on_policy import OnPolicyRunner, RunnerConfig, TrainingDiverged
+from robolearn.runners.off_policy import OffPolicyRunner
+from robolearn.runners.on_policy import OnPolicyRunner
 
 __all__ = [
     "CheckpointError",
+    "BaseRunner",
     "CheckpointManager",
+    "OffPolicyRunner",
     "OnPolicyRunner",
     "RunnerConfig",
     "TrainingDiverged",

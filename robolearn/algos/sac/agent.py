@@ -211,7 +211,10 @@ class SAC:
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Networks, target critics, temperature, optimisers, replay buffer, generator and counters."""
-        return {
+        return self._state(include_replay=True)
+
+    def _state(self, include_replay: bool) -> dict[str, Any]:
+        state = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
             "target_critic": self.target_critic.state_dict(),
@@ -219,10 +222,18 @@ class SAC:
             "actor_optimizer": self.actor_optimizer.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "alpha_optimizer": self.alpha_optimizer.state_dict(),
-            "replay": self.replay.state_dict(),
             "generator": self.generator.get_state(),
             "num_updates": self.num_updates,
         }
+        if include_replay:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def learned_state_dict(self) -> dict[str, Any]:
+        """:meth:`state_dict` without the replay buffer: what a rollback of bad updates restores,
+        without copying the data.
+        """
+        return self._state(include_replay=False)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`; an offline checkpoint without ``replay`` keeps this buffer."""

@@ -1,0 +1,53 @@
+"""The off-policy runner: step every world, store the transitions, update (SAC and its kin).
+
+One iteration is ``cfg.steps_per_iteration`` control steps of every world, each followed by
+``agent.update()`` (which runs ``utd_ratio`` gradient steps once enough data is stored). Logging,
+evaluation and checkpoints happen between iterations; the checkpoint carries the replay buffer, so
+a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from robolearn.runners.base import BaseRunner, RunnerConfig
+from robolearn.types import Transition
+
+
+class OffPolicyRunner(BaseRunner):
+    """Trains an off-policy algorithm (SAC) on a batched env and writes a run directory."""
+
+    def __init__(
+        self,
+        env: Any,
+        agent: Any,
+        cfg: RunnerConfig,
+        run_dir: str | os.PathLike[str],
+        *,
+        eval_env: Any | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        """One iteration is ``cfg.steps_per_iteration`` control steps of every world."""
+        super().__init__(env, agent, cfg, run_dir, eval_env=eval_env, config=config)
+        self.steps_per_iteration = int(cfg.steps_per_iteration) * int(env.num_envs)
+
+    def _iterate(self, obs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        def collect_and_learn() -> dict[str, torch.Tensor]:
+            nonlocal obs
+            stats: dict[str, torch.Tensor] = {}
+            for _ in range(self.cfg.steps_per_iteration):
+                action = self.agent.act(obs)
+                next_obs, reward, terminated, truncated, info = self.env.step(action)
+                self.agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
+                self._record_episodes(info)
+                obs = next_obs
+                stats = self.agent.update() or stats
+            return stats
+
+        # The guard covers the whole iteration: if its updates blew up, the networks go back to
+        # where the iteration started (the data it collected stays in the buffer).
+        stats = self._guarded(collect_and_learn)
+        return obs, stats
