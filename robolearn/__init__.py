@@ -1,16 +1,19 @@
 """robolearn: batched MuJoCo simulation, RL learners and a sim2real path in one package.
 
 ``robolearn.make(task_id, num_envs)`` builds a batched environment of a registered task;
-``robolearn.list_tasks()`` names them.
+``robolearn.list_tasks()`` names them; ``robolearn.load_policy(run_dir)`` loads a trained run's
+deterministic policy.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from robolearn.utils.version import VERSION as __version__
 
 if TYPE_CHECKING:
+    from robolearn.cli.build import LoadedPolicy
     from robolearn.envs.batched_env import BatchedEnv
 
 
@@ -36,4 +39,18 @@ def list_tasks() -> list[str]:
     return _list()
 
 
-__all__ = ["__version__", "list_tasks", "make"]
+def load_policy(run_dir: str | os.PathLike[str], device: str = "cpu") -> LoadedPolicy:
+    """The latest checkpoint of a training run as a deterministic policy.
+
+    Rebuilds the agent from ``run_dir/config.json``, loads the newest checkpoint and returns an
+    object whose ``act(obs_dict)`` gives actions ``[N, A]`` (under ``torch.inference_mode``), with
+    ``.spec`` (the run's ``policy_spec.json``), ``.cfg`` and ``.module()`` (the plain
+    ``obs -> action`` network that export traces).
+    """
+    _load_tasks()
+    from robolearn.cli.build import load_policy as _load
+
+    return _load(run_dir, device=device)
+
+
+__all__ = ["__version__", "list_tasks", "load_policy", "make"]

@@ -60,7 +60,9 @@ EVERYTHING = frozenset(GROUPS)
 
 MAY_IMPORT: dict[str, frozenset[str]] = {
     # The package facade builds envs of registered tasks (robolearn.make / list_tasks) and reads the version.
-    "facade": frozenset({"envs", "tasks", "utils"}),
+    # It also loads trained runs (robolearn.load_policy), lazily through cli, which rebuilds agents from
+    # a run's config.json: the facade is the user's entry point, like the console script.
+    "facade": frozenset({"cli", "envs", "tasks", "utils"}),
     "types": frozenset(),
     "utils": frozenset({"types"}),
     "sim": frozenset({"types", "utils"}),

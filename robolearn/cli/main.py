@@ -1,8 +1,8 @@
-"""The ``robolearn`` console script: ``robolearn demo`` and ``robolearn list``.
+"""The ``robolearn`` console script: ``train``, ``eval``, ``export``, ``demo`` and ``list``.
 
-``demo`` steps a batched task with random actions, reports throughput, and writes a video of
-world 0. Arguments are parsed with argparse for now; the Hydra-composed training entry points
-(configs in ``robolearn.configs``) arrive with the runners.
+``train``/``eval``/``export`` take Hydra overrides (``key=value``, configs in ``robolearn.configs``)
+and run in :mod:`robolearn.cli.commands`. ``demo`` steps a batched task with random actions,
+reports throughput, and writes a video of world 0; it and ``list`` are parsed with argparse.
 """
 
 from __future__ import annotations
@@ -22,12 +22,21 @@ import robolearn
 from robolearn.envs import BatchedEnv, task_cfg
 from robolearn.sim import BACKENDS
 
+HYDRA_COMMANDS: dict[str, str] = {
+    "train": "train task=<TaskId> algo=<ppo|sac> [key=value ...] (Hydra overrides; -m sweeps; --help)",
+    "eval": "eval run=<run dir>: mean return of the latest checkpoint (--help)",
+    "export": "export run=<run dir> format=<onnx|torchscript|all>: policy + manifest (--help)",
+}
+"""Subcommands composed by Hydra (see :mod:`robolearn.cli.commands`), with their one-line help."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser of the ``robolearn`` command and its subcommands."""
     parser = argparse.ArgumentParser(prog="robolearn", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"robolearn {robolearn.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in HYDRA_COMMANDS.items():  # listed for --help; main() routes them before argparse
+        commands.add_parser(name, help=text, add_help=False)
 
     demo = commands.add_parser(
         "demo",
@@ -58,8 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``robolearn`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if argv and argv[0] in HYDRA_COMMANDS:
+        from robolearn.cli.commands import run_command
+
+        return run_command(argv[0], argv[1:])
+    args = build_parser().parse_args(argv)
     return int(args.func(args))
 
 

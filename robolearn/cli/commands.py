@@ -1,0 +1,304 @@
+"""``robolearn train | eval | export``: Hydra-composed commands.
+
+Each command composes its primary config (``train.yaml``, ``eval.yaml``, ``export.yaml`` in
+``robolearn.configs``) with Hydra's compose API, converts it to dataclasses once
+(:mod:`robolearn.cli.config`) and runs. Hydra writes nothing and changes no directory: the run
+directory is the only output. ``-m``/``--multirun`` expands sweeps (``seed=0,1,2``,
+``range(0,3)``) into one job per combination, each in ``<run_dir>/<swept overrides>``.
+
+Plain ``key=value`` overrides are force-added (``++``) so that an unknown key reaches
+:func:`~robolearn.cli.config.to_dataclass`, which names it, the valid fields and the closest match.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.resources
+import itertools
+import json
+import logging
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra import compose, initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+import robolearn
+from robolearn.cli.build import EVAL_SEED_OFFSET, build_agent, build_env, load_policy, runner_class
+from robolearn.cli.config import (
+    ConfigError,
+    EvalConfig,
+    ExportConfig,
+    TrainConfig,
+    plain,
+    to_dataclass,
+    train_config_from_dict,
+    train_config_to_dict,
+)
+
+log = logging.getLogger(__name__)
+
+CONFIG_MODULE = "robolearn.configs"
+"""The package holding the YAML config groups."""
+GROUPS = frozenset({"algo", "runner", "experiment"})
+"""Config groups of ``train.yaml`` (``algo=sac`` picks a file, it does not set a value)."""
+_STARTED = _dt.datetime.now()
+
+
+class UsageError(ValueError):
+    """A command line that cannot run; printed without a traceback."""
+
+
+def run_command(command: str, argv: Sequence[str]) -> int:
+    """Run ``robolearn <command> <argv>`` (``command`` in ``train``, ``eval``, ``export``); return the exit status."""
+    args = list(argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(_help(command))
+        return 0
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    overrides = [a for a in args if a not in ("-m", "--multirun")]
+    try:
+        if command != "train" and multirun:
+            raise UsageError("-m/--multirun is for train only")
+        jobs = expand_sweeps(overrides) if multirun else [(overrides, "")]
+        if command == "train":
+            results = [train_job(job, name) for job, name in jobs]
+            if multirun:
+                _print_table(["run_dir", "final eval return", "env steps"], results)
+            return 0
+        handler: Callable[[list[str]], int] = eval_command if command == "eval" else export_command
+        return handler(overrides)
+    except (ConfigError, UsageError, HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
+        print(f"robolearn {command}: error: {_message(exc)}", file=sys.stderr)
+        return 2
+
+
+def _message(exc: BaseException) -> str:
+    """An error's message without Hydra's config search path dump."""
+    text = str(exc).strip()
+    return text.split("\nConfig search path", 1)[0].strip()
+
+
+def expand_sweeps(overrides: Sequence[str]) -> list[tuple[list[str], str]]:
+    """One ``(overrides, job name)`` per combination of the sweep overrides (``a=1,2`` ``b=range(0,2)``)."""
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    axes: list[list[str]] = []
+    for override in parsed:
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            axes.append([override.input_line or ""])
+    swept = [i for i, o in enumerate(parsed) if o.is_sweep_override()]
+    jobs = []
+    for combo in itertools.product(*axes):
+        name = ",".join(combo[i] for i in swept).replace("/", "_").lstrip("+")
+        jobs.append((list(combo), name or "job"))
+    return jobs
+
+
+def compose_config(config_name: str, overrides: Sequence[str]) -> dict[str, Any]:
+    """Compose ``config_name`` of :data:`CONFIG_MODULE` with ``overrides``; plain containers, resolved."""
+    OmegaConf.register_new_resolver(
+        "now", lambda pattern: _STARTED.strftime(pattern), replace=True, use_cache=True
+    )
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        cfg = compose(config_name, overrides=[_force_add(o) for o in overrides])
+    return plain(cfg)
+
+
+def _force_add(override: str) -> str:
+    """``key=value`` as ``++key=value`` unless it picks a group or already carries a prefix."""
+    parsed = OverridesParser.create().parse_overrides([override])[0]
+    if parsed.is_add() or parsed.is_force_add() or parsed.is_delete():
+        return override
+    key = parsed.key_or_group
+    if key in GROUPS or key.startswith("hydra") or parsed.package is not None:
+        return override
+    return "++" + override
+
+
+# -- train ------------------------------------------------------------------------------------
+def train_job(overrides: list[str], job_name: str = "") -> list[Any]:
+    """Compose, convert and run one training job; return ``[run_dir, final eval return, env steps]``."""
+    composed = compose_config("train", overrides)
+    if composed.get("resume"):
+        composed = _resumed_config(str(composed["resume"]), overrides)
+    elif job_name:
+        composed["run_dir"] = str(Path(str(composed["run_dir"])) / job_name)
+    cfg = train_config_from_dict(composed)
+    summary = train(cfg)
+    return [cfg.run_dir, summary.get("final_eval_return", math.nan), summary.get("env_steps", 0)]
+
+
+def _resumed_config(resume: str, overrides: Sequence[str]) -> dict[str, Any]:
+    """A run's saved ``config.json`` with this command line's value overrides applied on top."""
+    path = Path(resume) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"resume={resume}: {path} does not exist")
+    saved = OmegaConf.create(json.loads(path.read_text()))
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if key == "resume":
+            continue
+        if key in GROUPS:
+            log.warning("resume: ignoring %s; the run's config.json fixes the config groups", override.input_line)
+            continue
+        if override.is_delete():
+            raise UsageError(f"resume: cannot delete {key}")
+        OmegaConf.update(saved, key, override.value(), merge=False, force_add=True)
+    out = plain(saved)
+    out["run_dir"] = out["resume"] = resume
+    return out
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Build envs, agent and runner from ``cfg``, train (or resume), print and return the summary."""
+    try:
+        env = build_env(cfg, cfg.num_envs, cfg.seed)
+    except ValueError as exc:  # an unknown task or task override: the registry names the choices
+        raise ConfigError(str(exc)) from exc
+    eval_env = build_env(cfg, cfg.eval_num_envs, cfg.seed + EVAL_SEED_OFFSET) if cfg.eval_num_envs else None
+    try:
+        agent = build_agent(cfg, env)
+        runner_cls = runner_class(cfg)
+        runner = runner_cls(env, agent, cfg.runner, cfg.run_dir, eval_env=eval_env, config=train_config_to_dict(cfg))
+        print(f"{'resuming' if cfg.resume else 'training'} {cfg.algo_name} on {cfg.task} in {cfg.run_dir}")
+        summary = runner.learn(resume=cfg.resume is not None)
+    finally:
+        env.close()
+        if eval_env is not None:
+            eval_env.close()
+    print(
+        f"done: {summary['env_steps']} env steps in {summary['wall_time_s']:.1f} s, "
+        f"final eval return {summary['final_eval_return']:.1f}, best {summary['best_eval_return']:.1f} "
+        f"({cfg.run_dir})"
+    )
+    return summary
+
+
+# -- eval -------------------------------------------------------------------------------------
+def eval_command(overrides: list[str]) -> int:
+    """Roll out a run's latest checkpoint deterministically; print a table of returns."""
+    cfg = to_dataclass(EvalConfig, _with_run(compose_config("eval", overrides)))
+    if cfg.episodes < 1 or cfg.num_envs < 1:
+        raise ConfigError(f"episodes and num_envs must be >= 1, got {cfg.episodes} and {cfg.num_envs}")
+    policy = load_policy(cfg.run, device=cfg.device)
+    env = build_env(policy.cfg, cfg.num_envs, cfg.seed, device=cfg.device)
+    try:
+        returns, lengths, frames = _rollout(env, policy.act, cfg)
+    finally:
+        env.close()
+    rows = [
+        ["run", cfg.run],
+        ["checkpoint", policy.checkpoint.name],
+        ["task", policy.cfg.task],
+        ["episodes", str(returns.numel())],
+        ["mean return", f"{float(returns.mean()):.2f}"],
+        ["std return", f"{float(returns.std()) if returns.numel() > 1 else 0.0:.2f}"],
+        ["min / max", f"{float(returns.min()):.2f} / {float(returns.max()):.2f}"],
+        ["mean length", f"{float(lengths.double().mean()):.1f}"],
+    ]
+    if frames:
+        from robolearn.logging import write_mp4
+
+        path = Path(cfg.run) / "eval_cli.mp4"
+        write_mp4(path, frames, fps=1.0 / env.dt)
+        rows.append(["video", str(path)])
+    _print_table(["", ""], rows, header=False)
+    return 0
+
+
+def _with_run(mapping: dict[str, Any]) -> dict[str, Any]:
+    if not mapping.get("run"):
+        raise UsageError("missing run=<run dir>")
+    return mapping
+
+
+def _rollout(env: Any, act: Callable[[Any], torch.Tensor], cfg: EvalConfig) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """Step until ``cfg.episodes`` episodes ended; also record world 0's first episode if asked."""
+    obs, _ = env.reset(seed=cfg.seed)
+    returns: list[torch.Tensor] = []
+    lengths: list[torch.Tensor] = []
+    frames: list[Any] = []
+    record = cfg.video
+    limit = (math.ceil(cfg.episodes / env.num_envs) + 1) * env.max_episode_length
+    for _ in range(limit):
+        if record and len(frames) < cfg.video_steps:
+            try:
+                frames.append(env.render([0], 320, 240)[0])
+            except Exception as exc:  # headless machine without EGL/OSMesa
+                log.warning("no video: rendering failed: %s", exc)
+                record = False
+        obs, _, terminated, truncated, info = env.step(act(obs))
+        if bool(terminated[0] or truncated[0]):
+            record = False
+        if "episode" in info:
+            returns.append(info["episode"]["return"])
+            lengths.append(info["episode"]["length"])
+            if sum(r.numel() for r in returns) >= cfg.episodes:
+                break
+    if not returns:
+        raise RuntimeError(f"no episode ended within {limit} steps")
+    return torch.cat(returns)[: cfg.episodes].double(), torch.cat(lengths)[: cfg.episodes], frames
+
+
+# -- export -----------------------------------------------------------------------------------
+def export_command(overrides: list[str]) -> int:
+    """Export a run's deterministic policy (normalisation folded in) with its manifest."""
+    from robolearn.export import FORMATS, export_policy
+
+    cfg = to_dataclass(ExportConfig, _with_run(compose_config("export", overrides)))
+    for name in ("onnxscript", "onnx_ir", "torch.onnx"):  # chatty INFO lines of the ONNX exporter
+        logging.getLogger(name).setLevel(logging.ERROR)
+    policy = load_policy(cfg.run, device="cpu")
+    if not policy.spec:
+        raise FileNotFoundError(f"{Path(cfg.run) / 'policy_spec.json'} does not exist")
+    out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export"
+    formats = FORMATS if cfg.format == "all" else (cfg.format,)
+    try:
+        manifest = export_policy(policy.module(), policy.spec, out, formats, obs_group=policy.agent.actor_group)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    rows = [
+        [fmt, str(out / info["path"]), f"{info['parity_max_abs_err']:.2e}"] for fmt, info in manifest["files"].items()
+    ]
+    rows.append(["manifest", str(out / "manifest.json"), ""])
+    _print_table(["format", "path", "parity max |err|"], rows)
+    return 0
+
+
+# -- output -----------------------------------------------------------------------------------
+def _print_table(columns: list[str], rows: list[list[Any]], *, header: bool = True) -> None:
+    """Print ``rows`` in aligned columns under ``columns`` (floats with two decimals)."""
+    cells = [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in row] for row in rows]
+    table = ([columns] if header else []) + cells
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _help(command: str) -> str:
+    """Usage of a Hydra command: syntax, choices and the default config."""
+    configs = importlib.resources.files(CONFIG_MODULE)
+    usage = {
+        "train": "robolearn train [-m] task=<TaskId> algo=<ppo|sac> [experiment=<name>] [key=value ...]",
+        "eval": "robolearn eval run=<run dir> [episodes=N] [num_envs=N] [seed=N] [video=true]",
+        "export": "robolearn export run=<run dir> format=<onnx|torchscript|all> [out=<dir>]",
+    }[command]
+    text = f"usage: {usage}\n\n"
+    if command == "train":
+        text += f"tasks: {', '.join(robolearn.list_tasks())}\n"
+        for group in sorted(GROUPS):
+            choices = sorted(p.name[:-5] for p in (configs / group).iterdir() if p.name.endswith(".yaml"))
+            text += f"{group}: {', '.join(choices)}\n"
+        text += "\n"
+    raw = (configs / f"{command}.yaml").read_text()
+    return f"{text}defaults ({CONFIG_MODULE}/{command}.yaml):\n{raw}"
