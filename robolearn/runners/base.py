@@ -66,10 +66,7 @@ class RunnerConfig:
 
 
 class BaseRunner:
-    """The shared loop; a subclass implements :meth:`_iterate` and :attr:`steps_per_iteration`."""
-
-    steps_per_iteration: int
-    """Environment steps (worlds x control steps) one iteration takes."""
+    """The shared loop; a subclass implements :meth:`_iterate` and :meth:`_iteration_length`."""
 
     def __init__(
         self,
@@ -86,6 +83,8 @@ class BaseRunner:
         self.eval_env = eval_env
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.steps_per_iteration = self._iteration_length()
+        """Environment steps (worlds x control steps) one iteration takes."""
         self.checkpoints = CheckpointManager(self.run_dir, keep=cfg.keep_checkpoints)
         self.update_idx = 0
         self.env_steps = 0
@@ -138,6 +137,10 @@ class BaseRunner:
         finally:
             logger.close()
         return self._finish()
+
+    def _iteration_length(self) -> int:
+        """Environment steps (worlds x control steps) of one iteration."""
+        raise NotImplementedError
 
     def _iterate(self, obs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Collect ``steps_per_iteration`` env steps and learn from them; return the latest obs and stats."""

@@ -8,31 +8,18 @@ a resumed run continues exactly.
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import torch
 
-from robolearn.runners.base import BaseRunner, RunnerConfig
+from robolearn.runners.base import BaseRunner
 from robolearn.types import Transition
 
 
 class OffPolicyRunner(BaseRunner):
     """Trains an off-policy algorithm (SAC) on a batched env and writes a run directory."""
 
-    def __init__(
-        self,
-        env: Any,
-        agent: Any,
-        cfg: RunnerConfig,
-        run_dir: str | os.PathLike[str],
-        *,
-        eval_env: Any | None = None,
-        config: dict[str, Any] | None = None,
-    ) -> None:
+    def _iteration_length(self) -> int:
         """One iteration is ``cfg.steps_per_iteration`` control steps of every world."""
-        super().__init__(env, agent, cfg, run_dir, eval_env=eval_env, config=config)
-        self.steps_per_iteration = int(cfg.steps_per_iteration) * int(env.num_envs)
+        return int(self.cfg.steps_per_iteration) * int(self.env.num_envs)
 
     def _iterate(self, obs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         def collect_and_learn() -> dict[str, torch.Tensor]:
