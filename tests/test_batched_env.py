@@ -385,3 +385,14 @@ def test_env_state_dict_resumes_exactly(backend, tmp_path):
     assert torch.equal(rest[0], again[0]) and torch.equal(rest[1], again[1])
     with pytest.raises(ValueError, match="saved for 4 worlds, this env has 2"):
         BatchedEnv(cfg, 2, seed=0, backend=backend).load_state_dict(load_checkpoint(tmp_path / "env.pt")["env"])
+
+
+def test_success_is_judged_on_the_last_state_of_each_episode():
+    up = robolearn.make("Cartpole-Balance", 3, seed=0, episode_length=5)
+    down = robolearn.make("Cartpole-Swingup", 3, seed=0, episode_length=5)
+    for _ in range(5):
+        *_, info_up = up.step(torch.zeros(3, 1))
+        *_, info_down = down.step(torch.zeros(3, 1))
+    assert info_up["episode"]["success"].tolist() == [True] * 3  # still within 10 degrees of upright
+    assert info_down["episode"]["success"].tolist() == [False] * 3  # still hanging
+    assert "success" not in robolearn.make("HalfCheetah", 1, episode_length=1).step(torch.zeros(1, 6))[4]["episode"]

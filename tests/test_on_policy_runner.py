@@ -79,6 +79,8 @@ def test_run_directory_contents(tmp_path):
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert [int(float(r["env_steps"])) for r in rows] == [128, 256, 384, 512]
     assert rows[-1]["eval/return"] and rows[-1]["train/loss_policy"]
+    assert 0.0 <= float(rows[-1]["eval/success_rate"]) <= 1.0
+    assert any(0.0 <= float(r["train/success_rate"] or -1) <= 1.0 for r in rows)
     assert len(runner.checkpoints.checkpoints()) == 1  # checkpoint_interval 20 > 4 updates: only the final one
 
 

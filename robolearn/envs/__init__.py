@@ -11,6 +11,7 @@ from robolearn.envs.cfg import (
     ObsGroup,
     ObsTerm,
     RewardTerm,
+    SuccessTerm,
     TaskCfg,
     TerminationTerm,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "ObsGroup",
     "ObsTerm",
     "RewardTerm",
+    "SuccessTerm",
     "TaskCfg",
     "TerminationTerm",
     "list_tasks",

@@ -299,11 +299,15 @@ class BatchedEnv:
         return out
 
     def _episode_stats(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Returns, lengths and per-term sums of the episodes ending now (one row per world)."""
+        """Returns, lengths, per-term sums and (if the task defines it) success of the episodes
+        ending now, one row per world, judged on the state before the reset.
+        """
         sums = self.reward_manager.episode_sums[ids]
         stats = {"env_ids": ids, "return": sums.sum(dim=1), "length": self.episode_length[ids].clone()}
         for k, name in enumerate(self.reward_manager.names):
             stats[f"reward/{name}"] = sums[:, k]
+        if self.cfg.success is not None:
+            stats["success"] = self.cfg.success.func(self, **self.cfg.success.params)[ids]
         return stats
 
     def _check_action(self, action: Any) -> torch.Tensor:

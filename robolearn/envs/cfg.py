@@ -133,6 +133,16 @@ class CommandTerm:
 
 
 @dataclass
+class SuccessTerm:
+    """Whether an episode succeeded, judged on its last state (before the reset)."""
+
+    func: Func
+    """``(env, **params) -> Tensor[N] bool``."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``func``."""
+
+
+@dataclass
 class InitialState:
     """How a world's state is drawn at reset: ``func(env, env_ids, **params) -> (qpos, qvel)``."""
 
@@ -168,6 +178,8 @@ class TaskCfg:
     """Command terms by name."""
     initial_state: InitialState = field(default_factory=InitialState)
     """How worlds are placed at reset."""
+    success: SuccessTerm | None = None
+    """Success criterion, reported per finished episode (``info["episode"]["success"]``)."""
     contact_forces: bool = False
     """Compute per-body contact forces (``cfrc_ext``) every step; costs one extra pass per substep."""
     forward_after_step: bool = False

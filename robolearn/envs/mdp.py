@@ -6,6 +6,7 @@ Observation and reward terms are ``(env, **params) -> Tensor[N, ...]``; initial-
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -72,6 +73,12 @@ def alive(env: BatchedEnv) -> torch.Tensor:
 def non_finite_state(env: BatchedEnv) -> torch.Tensor:
     """True where ``qpos`` or ``qvel`` holds NaN or inf."""
     return ~(torch.isfinite(env.sim.qpos).all(dim=1) & torch.isfinite(env.sim.qvel).all(dim=1))
+
+
+# -- success ---------------------------------------------------------------------------------
+def hinge_upright(env: BatchedEnv, qpos_index: int, max_angle_deg: float = 10.0) -> torch.Tensor:
+    """True where a hinge (0 = upright) is within ``max_angle_deg`` of upright."""
+    return torch.cos(env.sim.qpos[:, qpos_index]) >= math.cos(math.radians(max_angle_deg))
 
 
 # -- initial state ---------------------------------------------------------------------------

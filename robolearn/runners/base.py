@@ -110,6 +110,7 @@ class BaseRunner:
         )
         self._returns: list[torch.Tensor] = []
         self._lengths: list[torch.Tensor] = []
+        self._successes: list[torch.Tensor] = []
         obs = self.env.obs
         try:
             while self.update_idx < total_updates:
@@ -122,7 +123,9 @@ class BaseRunner:
                 if self._returns:
                     metrics["train/return"] = torch.cat(self._returns).double().mean()
                     metrics["train/episode_length"] = torch.cat(self._lengths).double().mean()
-                    self._returns, self._lengths = [], []
+                    if self._successes:
+                        metrics["train/success_rate"] = torch.cat(self._successes).double().mean()
+                    self._returns, self._lengths, self._successes = [], [], []
                 last = self.update_idx == total_updates
                 if self.eval_env is not None and (last or self.update_idx % cfg.eval_interval == 0):
                     metrics.update(self.evaluate(video=last and cfg.video))
@@ -147,10 +150,12 @@ class BaseRunner:
         raise NotImplementedError
 
     def _record_episodes(self, info: dict[str, Any]) -> None:
-        """Keep the returns and lengths of the episodes that ended this step (no host sync)."""
+        """Keep the returns, lengths and successes of the episodes that ended this step (no host sync)."""
         if "episode" in info:
             self._returns.append(info["episode"]["return"])
             self._lengths.append(info["episode"]["length"])
+            if "success" in info["episode"]:
+                self._successes.append(info["episode"]["success"])
 
     def _guarded(self, update: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Run ``update``; undo it when it produced non-finite numbers; too many in a row stop the run.
@@ -179,18 +184,28 @@ class BaseRunner:
 
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, video: bool = False) -> dict[str, float]:
-        """Mean return of one deterministic episode per eval world (the first episode each world ends)."""
+        """Deterministic evaluation: one episode per eval world (the first each world ends).
+
+        Returns the mean and spread of the returns and, where the task defines success, the
+        success rate of those episodes.
+        """
         env = self.eval_env
         obs, _ = env.reset(seed=env.seed)  # the same start states at every evaluation
         steps = self.cfg.eval_steps or env.max_episode_length
         total = torch.zeros(env.num_envs, dtype=torch.float64)
         alive = torch.ones(env.num_envs, dtype=torch.bool)
+        success = torch.full((env.num_envs,), float("nan"), dtype=torch.float64)
         frames = []
         for _ in range(steps):
             if video:
                 frames.append(env.render([0], *self.cfg.video_size, camera=self.cfg.video_camera)[0])
-            obs, reward, terminated, truncated, _ = env.step(self.agent.act_inference(obs))
+            obs, reward, terminated, truncated, info = env.step(self.agent.act_inference(obs))
             total += reward.double() * alive
+            episode = info.get("episode")
+            if episode is not None and "success" in episode:
+                ids = episode["env_ids"]
+                first = alive[ids]  # only each world's first episode counts
+                success[ids[first]] = episode["success"][first].double()
             alive &= ~(terminated | truncated)
             if not bool(alive.any()):
                 break
@@ -199,7 +214,11 @@ class BaseRunner:
         value = float(total.mean())
         self.last_eval = value
         self.best_eval = max(self.best_eval, value)
-        return {"eval/return": value, "eval/return_std": float(total.std()) if env.num_envs > 1 else 0.0}
+        out = {"eval/return": value, "eval/return_std": float(total.std()) if env.num_envs > 1 else 0.0}
+        judged = success[~torch.isnan(success)]
+        if judged.numel():
+            out["eval/success_rate"] = float(judged.mean())
+        return out
 
     # -- checkpoints and the end of the run --------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

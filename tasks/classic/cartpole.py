@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from robolearn.assets import asset_path
-from robolearn.envs import ActionTerm, InitialState, ObsGroup, ObsTerm, RewardTerm, TaskCfg, mdp
+from robolearn.envs import ActionTerm, InitialState, ObsGroup, ObsTerm, RewardTerm, SuccessTerm, TaskCfg, mdp
 
 from .rewards import tolerance
 
@@ -113,6 +113,7 @@ def _cartpole_cfg(initial_state: InitialState, description: str) -> TaskCfg:
         actions={"slide": ActionTerm(kind="torque", clip=(-1.0, 1.0))},
         rewards={"smooth_balance": RewardTerm(smooth_balance, weight=1.0)},
         initial_state=initial_state,
+        success=SuccessTerm(mdp.hinge_upright, params={"qpos_index": POLE, "max_angle_deg": 10.0}),
         description=description,
     )
 

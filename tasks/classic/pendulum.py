@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from robolearn.assets import asset_path
-from robolearn.envs import ActionTerm, InitialState, ObsGroup, ObsTerm, RewardTerm, TaskCfg, mdp
+from robolearn.envs import ActionTerm, InitialState, ObsGroup, ObsTerm, RewardTerm, SuccessTerm, TaskCfg, mdp
 
 from .rewards import tolerance
 
@@ -65,5 +65,6 @@ def pendulum_swingup_cfg() -> TaskCfg:
         actions={"torque": ActionTerm(kind="torque", clip=(-1.0, 1.0))},
         rewards={"upright": RewardTerm(upright_sparse, weight=1.0)},
         initial_state=InitialState(random_angle_state),
+        success=SuccessTerm(mdp.hinge_upright, params={"qpos_index": HINGE, "max_angle_deg": DMC_ANGLE_BOUND_DEG}),
         description="DMC pendulum-swingup: pump energy, hold upright; sparse reward, 1-D torque, 1000 steps",
     )
