@@ -39,7 +39,7 @@ rollout_update(comp)
 print("compile warmup s", round(time.perf_counter()-t0,1))
 rollout_update(eager)
 te, tc = [], []
-for r in range(5):
+for _ in range(5):
     te.append(rollout_update(eager))
     tc.append(rollout_update(comp))
 print("eager update s", round(statistics.median(te),3), "compiled", round(statistics.median(tc),3), "ratio eager/compiled", round(statistics.median([a/b for a,b in zip(te, tc, strict=True)]),2))
