@@ -3,6 +3,11 @@
 ``robolearn.make(task_id, num_envs)`` builds a batched environment of a registered task;
 ``robolearn.list_tasks()`` names them; ``robolearn.load_policy(run_dir)`` loads a trained run's
 deterministic policy.
+
+Importing the package also registers every task with Gymnasium as ``robolearn/<TaskId>-v0``
+(:func:`robolearn.envs.gym_adapter.register_gymnasium_envs`), so
+``gymnasium.make("robolearn/HalfCheetah-v0")`` works after ``import robolearn``; ``make`` and
+``list_tasks`` repeat it, idempotently, for tasks registered later.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ if TYPE_CHECKING:
 
 def _load_tasks() -> None:
     # The task families register themselves on import; envs may not import tasks (DESIGN.md),
-    # so the package facade does it.
+    # so the package facade does it, and then registers them with Gymnasium too.
     import robolearn.tasks  # noqa: F401
+    from robolearn.envs.gym_adapter import register_gymnasium_envs
+
+    register_gymnasium_envs()
 
 
 def make(task_id: str, num_envs: int = 1, **kwargs: Any) -> BatchedEnv:
@@ -52,5 +60,7 @@ def load_policy(run_dir: str | os.PathLike[str], device: str = "cpu") -> LoadedP
 
     return _load(run_dir, device=device)
 
+
+_load_tasks()
 
 __all__ = ["__version__", "list_tasks", "load_policy", "make"]

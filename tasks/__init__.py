@@ -3,4 +3,5 @@
 from robolearn.tasks import (
     classic,  # noqa: F401
     locomotion,  # noqa: F401
+    manipulation,  # noqa: F401
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import mujoco
 import torch
 
 if TYPE_CHECKING:
@@ -52,6 +53,24 @@ def command(env: BatchedEnv, name: str) -> torch.Tensor:
     return env.command_manager.values[name]
 
 
+def body_offset(env: BatchedEnv, body: str, reference: str, dims: int = 3) -> torch.Tensor:
+    """World-frame ``xpos[body] - xpos[reference]``, first ``dims`` coordinates ``[N, dims]``.
+
+    ``xpos`` is as the backend leaves it after a step (one substep behind unless the task sets
+    ``forward_after_step``), which is what Gymnasium's ``get_body_com`` reads after ``mj_step``.
+    """
+    return (env.sim.xpos[:, _body_id(env, body)] - env.sim.xpos[:, _body_id(env, reference)])[:, :dims]
+
+
+def _body_id(env: BatchedEnv, name: str) -> int:
+    """The id of body ``name``, or an error naming the bodies there are."""
+    body_id = mujoco.mj_name2id(env.model, mujoco.mjtObj.mjOBJ_BODY, name)
+    if body_id < 0:
+        names = [env.model.body(i).name for i in range(env.model.nbody)]
+        raise ValueError(f"no body {name!r} in the model; bodies: {', '.join(names)}")
+    return body_id
+
+
 # -- rewards ---------------------------------------------------------------------------------
 def forward_velocity(env: BatchedEnv, qpos_index: int = 0) -> torch.Tensor:
     """Finite-difference velocity of one coordinate over the control step, as Gymnasium computes it."""
@@ -69,10 +88,67 @@ def alive(env: BatchedEnv) -> torch.Tensor:
     return torch.ones(env.num_envs, dtype=torch.float64)
 
 
+def body_distance(env: BatchedEnv, body: str, reference: str) -> torch.Tensor:
+    """Euclidean distance between two bodies' positions ``[N]``; weight it negatively as a cost."""
+    return torch.linalg.vector_norm(body_offset(env, body, reference), dim=1)
+
+
+def healthy(
+    env: BatchedEnv,
+    z_range: tuple[float, float],
+    angle_range: tuple[float, float],
+    state_range: tuple[float, float] | None = None,
+    z_index: int = 1,
+    angle_index: int = 2,
+    state_start: int = 2,
+) -> torch.Tensor:
+    """1 where a planar walker is healthy (see :func:`is_healthy`), else 0: Gymnasium's survive bonus."""
+    return is_healthy(env, z_range, angle_range, state_range, z_index, angle_index, state_start).to(
+        torch.float64
+    )
+
+
+def is_healthy(
+    env: BatchedEnv,
+    z_range: tuple[float, float],
+    angle_range: tuple[float, float],
+    state_range: tuple[float, float] | None = None,
+    z_index: int = 1,
+    angle_index: int = 2,
+    state_start: int = 2,
+) -> torch.Tensor:
+    """True where a planar walker stands, by Gymnasium's rule for Hopper and Walker2d ``[N]`` bool.
+
+    The torso height ``qpos[z_index]`` and pitch ``qpos[angle_index]`` lie strictly inside their
+    ranges and, if ``state_range`` is given, so does every entry of ``concat(qpos, qvel)[state_start:]``.
+    The bounds are open, as Gymnasium's ``low < x < high``, so a state exactly on one is unhealthy.
+    """
+    qpos, qvel = env.sim.qpos, env.sim.qvel
+    z, angle = qpos[:, z_index], qpos[:, angle_index]
+    ok = (z_range[0] < z) & (z < z_range[1]) & (angle_range[0] < angle) & (angle < angle_range[1])
+    if state_range is not None:
+        state = torch.cat([qpos, qvel], dim=1)[:, state_start:]
+        ok = ok & ((state_range[0] < state) & (state < state_range[1])).all(dim=1)
+    return ok
+
+
 # -- terminations ----------------------------------------------------------------------------
 def non_finite_state(env: BatchedEnv) -> torch.Tensor:
     """True where ``qpos`` or ``qvel`` holds NaN or inf."""
     return ~(torch.isfinite(env.sim.qpos).all(dim=1) & torch.isfinite(env.sim.qvel).all(dim=1))
+
+
+def unhealthy(
+    env: BatchedEnv,
+    z_range: tuple[float, float],
+    angle_range: tuple[float, float],
+    state_range: tuple[float, float] | None = None,
+    z_index: int = 1,
+    angle_index: int = 2,
+    state_start: int = 2,
+) -> torch.Tensor:
+    """True where :func:`is_healthy` (same parameters) is false: a fall ends the episode."""
+    return ~is_healthy(env, z_range, angle_range, state_range, z_index, angle_index, state_start)
 
 
 # -- success ---------------------------------------------------------------------------------
