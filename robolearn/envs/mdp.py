@@ -7,7 +7,7 @@ Observation and reward terms are ``(env, **params) -> Tensor[N, ...]``; initial-
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import mujoco
 import torch
@@ -93,19 +93,11 @@ def body_distance(env: BatchedEnv, body: str, reference: str) -> torch.Tensor:
     return torch.linalg.vector_norm(body_offset(env, body, reference), dim=1)
 
 
-def healthy(
-    env: BatchedEnv,
-    z_range: tuple[float, float],
-    angle_range: tuple[float, float],
-    state_range: tuple[float, float] | None = None,
-    z_index: int = 1,
-    angle_index: int = 2,
-    state_start: int = 2,
-) -> torch.Tensor:
-    """1 where a planar walker is healthy (see :func:`is_healthy`), else 0: Gymnasium's survive bonus."""
-    return is_healthy(env, z_range, angle_range, state_range, z_index, angle_index, state_start).to(
-        torch.float64
-    )
+def healthy(env: BatchedEnv, **params: Any) -> torch.Tensor:
+    """1 where a planar walker is healthy (:func:`is_healthy`, same parameters), else 0: Gymnasium's
+    survive bonus.
+    """
+    return is_healthy(env, **params).to(torch.float64)
 
 
 def is_healthy(
@@ -138,17 +130,9 @@ def non_finite_state(env: BatchedEnv) -> torch.Tensor:
     return ~(torch.isfinite(env.sim.qpos).all(dim=1) & torch.isfinite(env.sim.qvel).all(dim=1))
 
 
-def unhealthy(
-    env: BatchedEnv,
-    z_range: tuple[float, float],
-    angle_range: tuple[float, float],
-    state_range: tuple[float, float] | None = None,
-    z_index: int = 1,
-    angle_index: int = 2,
-    state_start: int = 2,
-) -> torch.Tensor:
+def unhealthy(env: BatchedEnv, **params: Any) -> torch.Tensor:
     """True where :func:`is_healthy` (same parameters) is false: a fall ends the episode."""
-    return ~is_healthy(env, z_range, angle_range, state_range, z_index, angle_index, state_start)
+    return ~is_healthy(env, **params)
 
 
 # -- success ---------------------------------------------------------------------------------

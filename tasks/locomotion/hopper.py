@@ -23,10 +23,12 @@ HEALTHY: dict[str, Any] = {
 }
 
 
-def hopper_cfg() -> TaskCfg:
-    """The task config of ``Hopper``."""
+def planar_walker_cfg(mjcf: str, healthy: dict[str, Any], description: str) -> TaskCfg:
+    """The Gymnasium v5 planar-walker MDP shared by Hopper and Walker2d; they differ in the model
+    and the healthy rule only.
+    """
     return TaskCfg(
-        mjcf=gymnasium_asset("hopper.xml"),
+        mjcf=mjcf,
         decimation=4,
         episode_length=1000,
         observations={
@@ -39,10 +41,19 @@ def hopper_cfg() -> TaskCfg:
         },
         rewards={
             "forward": RewardTerm(mdp.forward_velocity, weight=1.0, params={"qpos_index": 0}),
-            "healthy": RewardTerm(mdp.healthy, weight=1.0, params=dict(HEALTHY)),
+            "healthy": RewardTerm(mdp.healthy, weight=1.0, params=dict(healthy)),
             "ctrl_cost": RewardTerm(mdp.action_l2, weight=-1e-3),
         },
-        terminations={"unhealthy": TerminationTerm(mdp.unhealthy, params=dict(HEALTHY))},
+        terminations={"unhealthy": TerminationTerm(mdp.unhealthy, params=dict(healthy))},
         initial_state=InitialState(mdp.noisy_state, params={"qpos_uniform": 5e-3, "qvel_uniform": 5e-3}),
-        description="Gymnasium Hopper-v5: hop forward without falling; 11-D observation, 3-D torque action",
+        description=description,
+    )
+
+
+def hopper_cfg() -> TaskCfg:
+    """The task config of ``Hopper``."""
+    return planar_walker_cfg(
+        gymnasium_asset("hopper.xml"),
+        HEALTHY,
+        "Gymnasium Hopper-v5: hop forward without falling; 11-D observation, 3-D torque action",
     )
