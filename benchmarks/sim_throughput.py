@@ -75,7 +75,7 @@ from mujoco.batch import Batch
 
 import robolearn
 
-GYMNASIUM_IDS: dict[str, str] = {"HalfCheetah": "HalfCheetah-v5"}
+GYMNASIUM_IDS: dict[str, str] = {"HalfCheetah": "HalfCheetah-v5", "Ant": "Ant-v5", "Humanoid": "Humanoid-v5"}
 """robolearn task -> the Gymnasium env it reproduces; tasks not here get robolearn and raw only."""
 
 TARGET_TASK = "HalfCheetah"

@@ -1,4 +1,4 @@
-"""Hopper, Walker2d and Reacher reproduce Gymnasium's v5 tasks step for step (float64, relative 1e-6).
+"""Hopper, Walker2d, Ant, Humanoid and Reacher reproduce Gymnasium's v5 tasks step for step (float64, relative 1e-6).
 
 Each world starts from the state of a Gymnasium env, both take the same actions, and after every
 termination or time-out the Gymnasium env is reset and its state copied into ours (which reset
@@ -90,6 +90,19 @@ def test_planar_walker_matches_gymnasium_v5(task: str, gym_id: str) -> None:
     assert terminations >= 1 and time_outs >= 1, (terminations, time_outs)
 
 
+def test_ant_matches_gymnasium_v5() -> None:
+    # The observation holds the contact forces, which Gymnasium computes after the RK4 step.
+    terms = {"forward": "reward_forward", "healthy": "reward_survive", "ctrl_cost": "reward_ctrl", "contact_cost": "reward_contact"}
+    terminations, time_outs = _run_parity("Ant", "Ant-v5", terms, [1.0, 1.0, 0.1, 0.1], episode_length=100)
+    assert terminations >= 1 and time_outs >= 1, (terminations, time_outs)
+
+
+def test_humanoid_matches_gymnasium_v5() -> None:
+    terms = {"forward": "reward_forward", "healthy": "reward_survive", "ctrl_cost": "reward_ctrl", "contact_cost": "reward_contact"}
+    terminations, time_outs = _run_parity("Humanoid", "Humanoid-v5", terms, [1.0, 1.0, 0.05, 0.05], episode_length=25)
+    assert terminations >= 1 and time_outs >= 1, (terminations, time_outs)
+
+
 def test_reacher_matches_gymnasium_v5() -> None:
     terms = {"distance": "reward_dist", "ctrl_cost": "reward_ctrl"}
     terminations, time_outs = _run_parity("Reacher", "Reacher-v5", terms, [1.0] * N)
@@ -102,6 +115,8 @@ def test_reacher_matches_gymnasium_v5() -> None:
         ("Hopper", "Hopper-v5", 11, 3, 0.008, 1000),
         ("Walker2d", "Walker2d-v5", 17, 6, 0.008, 1000),
         ("Reacher", "Reacher-v5", 10, 2, 0.02, 50),
+        ("Ant", "Ant-v5", 105, 8, 0.05, 1000),
+        ("Humanoid", "Humanoid-v5", 348, 17, 0.015, 1000),
     ],
 )
 def test_spaces_match_gymnasium_v5(
@@ -111,8 +126,9 @@ def test_spaces_match_gymnasium_v5(
     g = gym.make(gym_id)
     assert env.obs_dims["policy"] == g.observation_space.shape[0] == obs_dim
     assert env.action_dim == g.action_space.shape[0] == action_dim
-    np.testing.assert_array_equal(env.ctrl_low.numpy(), g.action_space.low)
-    np.testing.assert_array_equal(env.ctrl_high.numpy(), g.action_space.high)
+    # Gymnasium keeps the bounds in float32 (its Box dtype); compare at that precision.
+    np.testing.assert_array_equal(env.ctrl_low.numpy().astype(g.action_space.dtype), g.action_space.low)
+    np.testing.assert_array_equal(env.ctrl_high.numpy().astype(g.action_space.dtype), g.action_space.high)
     assert env.dt == pytest.approx(g.unwrapped.dt) and env.dt == pytest.approx(dt)
     assert env.max_episode_length == g.spec.max_episode_steps == limit
 
@@ -136,3 +152,14 @@ def test_reacher_reset_distribution() -> None:
     assert 0.095 < env.sim.qpos[:, :2].abs().max() <= 0.1
     assert env.sim.qvel[:, 2:].abs().max() == 0.0
     assert 4.9e-3 < env.sim.qvel[:, :2].abs().max() <= 5e-3
+
+
+def test_ant_and_humanoid_reset_distributions() -> None:
+    ant = robolearn.make("Ant", 512, seed=3, dtype=torch.float64)
+    dq = ant.sim.qpos - torch.from_numpy(ant.model.qpos0.copy())
+    assert 0.098 < dq.abs().max() <= 0.1  # U(-0.1, 0.1)
+    assert abs(ant.sim.qvel.std().item() - 0.1) < 0.005  # 0.1 * N(0, 1)
+    assert (ant.sim.cfrc_ext == 0).all() and (ant.obs["policy"][:, 27:] == 0).all(), "no contact forces before a step"
+    hum = robolearn.make("Humanoid", 512, seed=4, dtype=torch.float64)
+    dq = hum.sim.qpos - torch.from_numpy(hum.model.qpos0.copy())
+    assert 0.0098 < dq.abs().max() <= 0.01 and 0.0098 < hum.sim.qvel.abs().max() <= 0.01  # U(-1e-2, 1e-2)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from robolearn.sim import ReferenceBackend, load_model, make_backend
+from robolearn.sim.model import contact_force_mode
 from tests.conftest import FAST_BACKENDS
 
 N = 6
@@ -70,6 +71,67 @@ def test_contact_rich_trajectories_and_contact_forces(backend, ant_xml):
         ref.step(u)
     _assert_same(fast, ref)
     assert fast.cfrc_ext.abs().sum() > 0, "Ant on the floor must feel contact forces"
+
+
+@pytest.mark.parametrize("backend", FAST_BACKENDS)
+def test_in_step_contact_forces_equal_post_step_call(backend, cheetah_xml):
+    # HalfCheetah integrates with Euler, so the probe sensor's in-step cfrc_ext must equal what the
+    # reference computes with mj_rnePostConstraint after mj_step (Gymnasium's call).
+    model = load_model(cheetah_xml, contact_forces=True)
+    assert contact_force_mode(model) == "in_step"
+    assert contact_force_mode(load_model(cheetah_xml)) == "none"
+    fast, ref = _pair(backend, model)
+    qpos, qvel = _start_state(model, 4)
+    fast.reset(None, qpos, qvel)
+    ref.reset(None, qpos, qvel)
+    touched = 0.0
+    for u in _controls(model, 200, 5):
+        fast.step(u)
+        ref.step(u)
+        torch.testing.assert_close(fast.cfrc_ext, ref.cfrc_ext, rtol=0, atol=0)
+        touched += float(fast.cfrc_ext.abs().sum())
+    assert touched > 0, "the cheetah's feet must touch the floor"
+
+
+@pytest.mark.parametrize("backend", FAST_BACKENDS)
+@pytest.mark.parametrize("xml", ["cheetah_xml", "ant_xml"])
+def test_contact_forces_zero_after_reset_and_kept_by_state_dict(backend, xml, request):
+    model = load_model(request.getfixturevalue(xml), contact_forces=True)
+    fast, ref = _pair(backend, model)
+    for sim in (fast, ref):
+        sim.reset(None, *_start_state(model, 6))
+        assert (sim.cfrc_ext == 0).all(), "no step yet, so no contact forces (as Gymnasium after reset)"
+        for u in _controls(model, 60, 7):
+            sim.step(u)
+    _assert_same(fast, ref)
+    for sim in (fast, ref):
+        saved = sim.state_dict()
+        forces = sim.cfrc_ext.clone()
+        assert forces.abs().sum() > 0
+        sim.reset(torch.tensor([0, 2]))
+        assert (sim.cfrc_ext[[0, 2]] == 0).all()
+        assert (sim.cfrc_ext[1] == forces[1]).all(), "resetting worlds 0 and 2 must not touch world 1"
+        sim.load_state_dict(saved)
+        torch.testing.assert_close(sim.cfrc_ext, forces, rtol=0, atol=0)
+
+
+def test_data_field_gives_any_output_field(cheetah_xml):
+    model = load_model(cheetah_xml)
+    names = ("xipos", "qfrc_actuator", "subtree_com")
+    fast, ref = _pair("mujoco", model, data_fields=names)
+    for sim in (fast, ref):
+        sim.reset(None, *_start_state(model, 8))
+        sim.data_field("cinert")  # asked for before stepping: read after every step from then on
+        for u in _controls(model, 20, 9):
+            sim.step(u)
+    with pytest.raises(RuntimeError, match="'cacc' was first asked for after stepping"):
+        fast.data_field("cacc")
+    for name in ("cinert", *names):
+        got = fast.data_field(name)
+        assert got.shape[0] == N
+        torch.testing.assert_close(got, ref.data_field(name), rtol=0, atol=0, msg=name)
+    with pytest.raises(ValueError, match="unknown MjData field 'nope'"):
+        fast.data_field("nope")
 
 
 @pytest.mark.parametrize("backend", FAST_BACKENDS)

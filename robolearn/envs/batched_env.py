@@ -91,6 +91,7 @@ class BatchedEnv:
             forward_after_step=cfg.forward_after_step,
             device=self.device,
             nthread=nthread,
+            data_fields=tuple(dict.fromkeys((*cfg.data_fields, *cfg.prev_fields))),
         )
         self.physics_dt = float(self.model.opt.timestep)
         self.dt = self.physics_dt * cfg.decimation
@@ -105,6 +106,7 @@ class BatchedEnv:
         self.ctrl_low, self.ctrl_high = self._action_bounds()
         # Positions before the current step, for finite-difference velocities (as Gymnasium).
         self.prev_qpos = self.sim.qpos.clone()
+        self.prev: dict[str, torch.Tensor] = {name: self._field(name).clone() for name in cfg.prev_fields}
 
         self.command_manager = CommandManager(self, cfg.commands)
         self.event_manager = EventManager(self, cfg.events)
@@ -134,6 +136,8 @@ class BatchedEnv:
         self.action = action.to(torch.float64, copy=True)  # never alias (and later zero) the caller's tensor
         ctrl = self.action_manager.process(self.action)
         self.prev_qpos.copy_(self.sim.qpos)
+        for name, before in self.prev.items():
+            before.copy_(self._field(name))
         diverged = self.sim.step(ctrl)
         self.episode_length += 1
         if self.event_manager.by_mode["interval"]:
@@ -179,7 +183,7 @@ class BatchedEnv:
                 f"got {list(qpos.shape)} and {list(qvel.shape)}"
             )
         self.sim.reset(ids, qpos, qvel)
-        self.prev_qpos[ids] = self.sim.qpos[ids]
+        self._sync_prev(ids)
         self._obs = self._splice_obs(self.obs, ids)
         return self._obs
 
@@ -192,6 +196,7 @@ class BatchedEnv:
             "action": self.action.clone(),
             "prev_action": self.prev_action.clone(),
             "prev_qpos": self.prev_qpos.clone(),
+            "prev": {k: v.clone() for k, v in self.prev.items()},
             "rng": self.rng.state_dict(),
             "episode_sums": self.reward_manager.episode_sums.clone(),
             "commands": {k: v.clone() for k, v in cm.values.items()},
@@ -213,6 +218,8 @@ class BatchedEnv:
         self.action = state["action"].clone()
         self.prev_action = state["prev_action"].clone()
         self.prev_qpos.copy_(state["prev_qpos"])
+        for k, v in state.get("prev", {}).items():
+            self.prev[k].copy_(v)
         self.rng.load_state_dict(state["rng"])
         self.reward_manager.episode_sums.copy_(state["episode_sums"])
         for k, v in state["commands"].items():
@@ -283,12 +290,22 @@ class BatchedEnv:
         else:
             qpos, qvel = init.func(self, ids, **init.params)
         self.sim.reset(ids, qpos, qvel)
-        self.prev_qpos[ids] = self.sim.qpos[ids]
+        self._sync_prev(ids)
         self.episode_length[ids] = 0
         self.action[ids] = 0.0
         self.prev_action[ids] = 0.0
         self.reward_manager.episode_sums[ids] = 0.0
         self.command_manager.reset(ids)
+
+    def _field(self, name: str) -> torch.Tensor:
+        """An ``MjData`` field of every world (``qpos``/``xpos`` ... or any declared data field)."""
+        return getattr(self.sim, name) if name in ("qpos", "qvel", "xpos", "xquat", "cvel") else self.sim.data_field(name)
+
+    def _sync_prev(self, ids: torch.Tensor) -> None:
+        """After a reset, the "before" values of worlds ``ids`` are their fresh state (as Gymnasium)."""
+        self.prev_qpos[ids] = self.sim.qpos[ids]
+        for name, before in self.prev.items():
+            before[ids] = self._field(name)[ids]
 
     def _splice_obs(self, obs: Obs, ids: torch.Tensor) -> Obs:
         """A copy of ``obs`` whose rows ``ids`` are recomputed at the worlds' current state."""

@@ -181,7 +181,13 @@ class TaskCfg:
     success: SuccessTerm | None = None
     """Success criterion, reported per finished episode (``info["episode"]["success"]``)."""
     contact_forces: bool = False
-    """Compute per-body contact forces (``cfrc_ext``) every step; costs one extra pass per substep."""
+    """Compute per-body contact forces (``cfrc_ext``) as Gymnasium does, after every step."""
+    data_fields: tuple[str, ...] = ()
+    """Further ``MjData`` outputs the terms read through ``env.sim.data_field`` (``cinert``,
+    ``xipos``, ``qfrc_actuator`` ...): the CPU backend copies them out of every step only if declared."""
+    prev_fields: tuple[str, ...] = ()
+    """``MjData`` fields whose values before the step terms need (``env.prev[name]``), e.g. ``xpos``
+    for a body's finite-difference velocity; ``qpos`` is always kept (``env.prev_qpos``)."""
     forward_after_step: bool = False
     """Make derived quantities (``xpos`` ...) current after each step instead of one substep behind."""
     description: str = ""

@@ -7,6 +7,7 @@ Observation and reward terms are ``(env, **params) -> Tensor[N, ...]``; initial-
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import mujoco
@@ -14,6 +15,9 @@ import torch
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
+
+Func = Callable[..., torch.Tensor]
+"""A term function ``(env, **params) -> Tensor``."""
 
 
 # -- observations ----------------------------------------------------------------------------
@@ -77,6 +81,62 @@ def forward_velocity(env: BatchedEnv, qpos_index: int = 0) -> torch.Tensor:
     return (env.sim.qpos[:, qpos_index] - env.prev_qpos[:, qpos_index]) / env.dt
 
 
+def body_velocity(env: BatchedEnv, body: str | int, axis: int = 0) -> torch.Tensor:
+    """Finite-difference world velocity of a body's frame along ``axis`` over the control step,
+    from ``xpos`` (Gymnasium's Ant); the task must list ``xpos`` in ``TaskCfg.prev_fields``.
+    """
+    b = body if isinstance(body, int) else _body_id(env, body)
+    return (env.sim.xpos[:, b, axis] - env.prev["xpos"][:, b, axis]) / env.dt
+
+
+def mass_center(env: BatchedEnv, xipos: torch.Tensor) -> torch.Tensor:
+    """Centre of mass ``[N, 3]`` of every body's ``xipos``, weighted by each world's own masses."""
+    mass = env.sim.get_model_field("body_mass").to(xipos.dtype)
+    return (mass.unsqueeze(-1) * xipos).sum(dim=1) / mass.sum(dim=1, keepdim=True)
+
+
+def com_velocity(env: BatchedEnv, axis: int = 0) -> torch.Tensor:
+    """Finite-difference velocity of the centre of mass along ``axis`` (Gymnasium's Humanoid); the
+    task must list ``xipos`` in ``TaskCfg.prev_fields``.
+    """
+    after = mass_center(env, env.sim.data_field("xipos"))
+    before = mass_center(env, env.prev["xipos"])
+    return (after[:, axis] - before[:, axis]) / env.dt
+
+
+def contact_forces(env: BatchedEnv, clip: tuple[float, float] | None = None, first_body: int = 1) -> torch.Tensor:
+    """Per-body com-based external forces ``cfrc_ext[:, first_body:]`` flattened ``[N, 6 * bodies]``,
+    optionally clipped; the task must set ``contact_forces=True``.
+    """
+    f = env.sim.cfrc_ext[:, first_body:]
+    if clip is not None:
+        f = f.clamp(clip[0], clip[1])
+    return f.reshape(env.num_envs, -1)
+
+
+def contact_force_l2(
+    env: BatchedEnv, clip: tuple[float, float] | None = None, max_cost: float | None = None
+) -> torch.Tensor:
+    """``sum(cfrc_ext^2)`` over every body (optionally clipping each entry first and capping the sum
+    at ``max_cost``); weight it negatively as a cost.
+    """
+    f = contact_forces(env, clip=clip, first_body=0)
+    total = (f * f).sum(dim=1)
+    return total if max_cost is None else total.clamp(max=max_cost)
+
+
+def data_field(env: BatchedEnv, name: str, first: int = 0) -> torch.Tensor:
+    """Rows ``first:`` of an ``MjData`` output field, flattened ``[N, k]`` (``cinert``, ``cvel``,
+    ``qfrc_actuator`` ...); the task must list the field in ``TaskCfg.data_fields`` unless it is one
+    the backend always provides (``xpos``, ``xquat``, ``cvel``, ``sensordata``).
+    """
+    if name in ("xpos", "xquat", "cvel", "sensordata"):
+        value = getattr(env.sim, name)
+    else:
+        value = env.sim.data_field(name)
+    return value[:, first:].reshape(env.num_envs, -1)
+
+
 def action_l2(env: BatchedEnv) -> torch.Tensor:
     """Squared norm of the action ``sum(a^2)``; weight it negatively as a cost."""
     a = env.action
@@ -93,11 +153,11 @@ def body_distance(env: BatchedEnv, body: str, reference: str) -> torch.Tensor:
     return torch.linalg.vector_norm(body_offset(env, body, reference), dim=1)
 
 
-def healthy(env: BatchedEnv, **params: Any) -> torch.Tensor:
-    """1 where a planar walker is healthy (:func:`is_healthy`, same parameters), else 0: Gymnasium's
-    survive bonus.
+def healthy(env: BatchedEnv, rule: Func | None = None, **params: Any) -> torch.Tensor:
+    """1 where ``rule`` (default :func:`is_healthy`; called with the other parameters) holds, else
+    0: Gymnasium's survive bonus.
     """
-    return is_healthy(env, **params).to(torch.float64)
+    return (rule or is_healthy)(env, **params).to(torch.float64)
 
 
 def is_healthy(
@@ -130,9 +190,29 @@ def non_finite_state(env: BatchedEnv) -> torch.Tensor:
     return ~(torch.isfinite(env.sim.qpos).all(dim=1) & torch.isfinite(env.sim.qvel).all(dim=1))
 
 
-def unhealthy(env: BatchedEnv, **params: Any) -> torch.Tensor:
-    """True where :func:`is_healthy` (same parameters) is false: a fall ends the episode."""
-    return ~is_healthy(env, **params)
+def height_in_range(
+    env: BatchedEnv,
+    z_range: tuple[float, float],
+    z_index: int = 2,
+    closed: bool = False,
+    finite_state: bool = False,
+) -> torch.Tensor:
+    """True where ``qpos[z_index]`` lies in ``z_range`` ``[N]`` bool: Gymnasium's healthy rule for
+    Ant (``closed=True``, ``finite_state=True``: every qpos/qvel entry finite) and Humanoid (open).
+    """
+    z = env.sim.qpos[:, z_index]
+    if closed:
+        ok = (z_range[0] <= z) & (z <= z_range[1])
+    else:
+        ok = (z_range[0] < z) & (z < z_range[1])
+    if finite_state:
+        ok = ok & ~non_finite_state(env)
+    return ok
+
+
+def unhealthy(env: BatchedEnv, rule: Func | None = None, **params: Any) -> torch.Tensor:
+    """True where ``rule`` (default :func:`is_healthy`; same parameters) is false: a fall ends the episode."""
+    return ~(rule or is_healthy)(env, **params)
 
 
 # -- success ---------------------------------------------------------------------------------

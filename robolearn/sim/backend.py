@@ -133,7 +133,16 @@ class SimBackend(Protocol):
 
     @property
     def cfrc_ext(self) -> torch.Tensor:
-        """External (contact) forces per body ``[N, nbody, 6]``; valid only with ``contact_forces=True``."""
+        """External (contact) forces per body ``[N, nbody, 6]``, com-based, for a model compiled with
+        ``contact_forces=True`` (zero otherwise): ``mj_rnePostConstraint`` of the data after the
+        last step, as Gymnasium computes them; zero after a reset until the next step.
+        """
+        ...
+
+    def data_field(self, name: str) -> torch.Tensor:
+        """Any other ``MjData`` output field ``[N, ...]`` (``cinert``, ``xipos``, ``qfrc_actuator``,
+        ...), read-only, with the same staleness as :attr:`xpos`.
+        """
         ...
 
     @property

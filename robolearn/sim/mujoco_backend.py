@@ -15,9 +15,10 @@ import warnings
 import mujoco
 import numpy as np
 import torch
-from mujoco.batch import Batch, SimulationError
+from mujoco.batch import DATA_FIELDS, Batch, SimulationError
 
 from robolearn.sim.backend import DIVERGENCE_WARNINGS, as_index_array, resolve_field
+from robolearn.sim.model import contact_force_mode
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -40,6 +41,7 @@ class MujocoBackend:
         nthread: int | None = None,
         forward_after_step: bool = False,
         device: str | torch.device = "cpu",
+        data_fields: tuple[str, ...] = (),
     ) -> None:
         """Create ``num_worlds`` copies of ``model``.
 
@@ -51,6 +53,7 @@ class MujocoBackend:
             forward_after_step: recompute position/velocity-dependent quantities at the new state
                 after each step (``mjSTAGE_VEL``), instead of ``mj_step``'s one-substep-behind values.
             device: must be CPU; this backend's tensors are views of host memory.
+            data_fields: further ``MjData`` outputs to copy out of every step (:meth:`data_field`).
         """
         if torch.device(device).type != "cpu":
             raise ValueError(f"device: MujocoBackend runs on the CPU, got {device!r}; use an MJX or Warp backend")
@@ -63,10 +66,12 @@ class MujocoBackend:
         self.decimation = int(decimation)
         self.device = torch.device("cpu")
         threads = nthread if nthread is not None else (os.cpu_count() or 1)
-        # Not persistent: worlds share scratch MjData per thread. cfrc_ext stays each world's own
-        # with the contact-force probe, because the probe makes every step compute it (the
-        # conformance suite checks this against one MjData per world).
-        self._batch = Batch(model, self.num_worlds, nthread=min(threads, self.num_worlds))
+        # Worlds share scratch MjData per thread unless RK4 contact forces need each world's own
+        # data after the step (see robolearn.sim.model.compile_model). The conformance suite checks
+        # both against one MjData per world.
+        self._cf_mode = contact_force_mode(model)
+        persistent = self._cf_mode == "post_step"
+        self._batch = Batch(model, self.num_worlds, nthread=min(threads, self.num_worlds), persistent=persistent)
         self._stage = int(mujoco.mjtStage.mjSTAGE_VEL if forward_after_step else mujoco.mjtStage.mjSTAGE_NONE)
         b = self._batch
         self._qpos_np = b.bind("qpos")
@@ -76,7 +81,16 @@ class MujocoBackend:
         self._qvel = torch.from_numpy(self._qvel_np)
         self._ctrl = torch.from_numpy(self._ctrl_np)
         self._time = torch.from_numpy(b.bind("time"))
-        self._derived = {name: _tensor(b.bind(name)) for name in ("xpos", "xquat", "cvel", "sensordata", "cfrc_ext")}
+        self._derived = {name: _tensor(b.bind(name)) for name in ("xpos", "xquat", "cvel", "sensordata")}
+        # cfrc_ext lives in our own buffer: it is zero after a reset (as MjData's after
+        # mj_resetData + mj_forward) and, under RK4, filled by the per-world loop after the step.
+        self._cfrc_np = np.zeros((self.num_worlds, model.nbody, 6))
+        self._cfrc = torch.from_numpy(self._cfrc_np)
+        self._cfrc_in_step = b.bind("cfrc_ext") if self._cf_mode == "in_step" else None
+        self._scratch = mujoco.MjData(model) if persistent else None
+        self._stepped = False
+        for name in data_fields:
+            self.data_field(name)
         lo, hi = min(DIVERGENCE_WARNINGS), max(DIVERGENCE_WARNINGS) + 1
         if sorted(DIVERGENCE_WARNINGS) != list(range(lo, hi)):  # a slice is cheaper than a list index
             raise RuntimeError("divergence warning slots are not contiguous in this MuJoCo build")
@@ -133,13 +147,36 @@ class MujocoBackend:
 
     @property
     def cfrc_ext(self) -> torch.Tensor:
-        """External forces per body ``[N, nbody, 6]`` (read-only; needs a ``contact_forces`` model)."""
-        return self._derived["cfrc_ext"]
+        """External forces per body ``[N, nbody, 6]`` (see :class:`~robolearn.sim.SimBackend`)."""
+        return self._cfrc
+
+    def data_field(self, name: str) -> torch.Tensor:
+        """A read-only live ``[N, ...]`` view of an ``MjData`` output field.
+
+        The batch copies a field out of each call only once it is bound, so a field must be bound
+        (named in ``data_fields``, or first asked for) before the first step: afterwards its values
+        for the last step could not be recovered.
+        """
+        if name == "cfrc_ext":
+            return self._cfrc
+        view = self._derived.get(name)
+        if view is None:
+            if name not in DATA_FIELDS:
+                raise ValueError(f"data_field: unknown MjData field {name!r}")
+            if self._stepped:
+                raise RuntimeError(
+                    f"data_field: {name!r} was first asked for after stepping; declare it up front "
+                    f"(TaskCfg.data_fields or the backend's data_fields) so every step copies it out"
+                )
+            view = self._derived[name] = _tensor(self._batch.bind(name))
+            self._batch.forward()  # fill it at the current state (no step has happened yet)
+        return view
 
     # -- stepping ----------------------------------------------------------------------------
     def step(self, ctrl: torch.Tensor) -> torch.Tensor:
         """Write ``ctrl`` and advance every world ``decimation`` substeps; return diverged worlds."""
         self._ctrl.copy_(ctrl)
+        self._stepped = True
         failed: np.ndarray | None = None
         try:
             self._batch.step(nstep=self.decimation, stage=self._stage)
@@ -150,7 +187,26 @@ class MujocoBackend:
         self._warn_sum = after
         if failed is not None:
             bad[failed] = True
+        if self._cf_mode == "in_step":
+            self._cfrc_np[:] = self._cfrc_in_step
+        elif self._cf_mode == "post_step":
+            self._post_step_contact_forces()
         return torch.from_numpy(bad)
+
+    def _post_step_contact_forces(self) -> None:
+        """``mj_rnePostConstraint`` on each world's data as ``mj_step`` left it (RK4 models).
+
+        The one Python loop over worlds in this backend: the batch has no hook for the call. It
+        costs a few microseconds per world against the hundreds an RK4 contact step takes (measured
+        in the throughput benchmark). The template model serves every world: ``cfrc_ext`` depends
+        on the model's structure only, the per-world values enter through the data.
+        """
+        data, model, out = self._scratch, self.model, self._cfrc_np
+        get_data, post = self._batch.get_data, mujoco.mj_rnePostConstraint
+        for i in range(self.num_worlds):
+            get_data(i, data)
+            post(model, data)
+            out[i] = data.cfrc_ext
 
     def _warning_sum(self) -> np.ndarray:
         """Per-world count of divergence warnings so far (MuJoCo resets a world when it raises one)."""
@@ -172,6 +228,7 @@ class MujocoBackend:
         if qvel is not None:
             self._qvel_np[ids] = _numpy(qvel, (ids.size, self.model.nv), "qvel")
         self._batch.forward(ids)
+        self._cfrc_np[ids] = 0.0
         self._warn_sum = self._warning_sum()
 
     # -- per-world model fields --------------------------------------------------------------
@@ -203,6 +260,7 @@ class MujocoBackend:
             "state": torch.from_numpy(self._batch.state.copy()),
             "fields": {f: self.get_model_field(f) for f in sorted(self._written)},
             "warnings": torch.from_numpy(self._warn_sum.copy()),
+            "cfrc_ext": self._cfrc.clone(),  # an output of the last step, not a function of the state
         }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -214,6 +272,8 @@ class MujocoBackend:
             self.set_model_field(field, values)
         self._batch.state[:] = saved.numpy()
         self._batch.forward()  # derived fields follow the restored state
+        if "cfrc_ext" in state:
+            self._cfrc.copy_(state["cfrc_ext"])
         self._warn_sum = self._warning_sum()
 
     # -- one world, for rendering and inspection ---------------------------------------------

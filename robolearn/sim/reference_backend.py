@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from robolearn.sim.backend import DIVERGENCE_WARNINGS, as_index_array, resolve_field
+from robolearn.sim.model import contact_force_mode
 
 
 class ReferenceBackend:
@@ -26,6 +27,7 @@ class ReferenceBackend:
         decimation: int = 1,
         forward_after_step: bool = False,
         device: str | torch.device = "cpu",
+        data_fields: tuple[str, ...] = (),
         nthread: int | None = None,
     ) -> None:
         """Create ``num_worlds`` model copies and datas; arguments as :class:`MujocoBackend` (``nthread`` unused)."""
@@ -41,8 +43,11 @@ class ReferenceBackend:
         self.models = [copy.copy(model) for _ in range(self.num_worlds)]
         self.datas = [mujoco.MjData(m) for m in self.models]
         self._written: set[str] = set()
+        self._contact_forces = contact_force_mode(model) != "none"
+        self._fields = ["qpos", "qvel", "ctrl", "xpos", "xquat", "cvel", "sensordata", "cfrc_ext", *data_fields]
         for m, d in zip(self.models, self.datas, strict=True):
             mujoco.mj_forward(m, d)
+            d.cfrc_ext[:] = 0.0  # no step yet (the probe sensor computed them in mj_forward)
         self._read()
 
     def _read(self) -> None:
@@ -50,7 +55,7 @@ class ReferenceBackend:
         def stack(name: str) -> torch.Tensor:
             return torch.from_numpy(np.stack([np.array(getattr(d, name)) for d in self.datas]))
 
-        self._state = {name: stack(name) for name in ("qpos", "qvel", "ctrl", "xpos", "xquat", "cvel", "sensordata", "cfrc_ext")}
+        self._state = {name: stack(name) for name in self._fields}
         self._state["time"] = torch.tensor([d.time for d in self.datas], dtype=torch.float64)
 
     qpos = property(lambda self: self._state["qpos"], doc="Generalised positions ``[N, nq]`` (a copy).")
@@ -63,6 +68,15 @@ class ReferenceBackend:
     sensordata = property(lambda self: self._state["sensordata"], doc="Sensor outputs ``[N, nsensordata]``.")
     cfrc_ext = property(lambda self: self._state["cfrc_ext"], doc="External forces ``[N, nbody, 6]``.")
 
+    def data_field(self, name: str) -> torch.Tensor:
+        """An ``MjData`` field ``[N, ...]`` stacked over worlds (read after every step from now on)."""
+        if name not in self._state:
+            if not hasattr(self.datas[0], name):
+                raise ValueError(f"data_field: unknown MjData field {name!r}")
+            self._fields.append(name)
+            self._read()
+        return self._state[name]
+
     def step(self, ctrl: torch.Tensor) -> torch.Tensor:
         """Apply ``ctrl`` and call ``mj_step`` ``decimation`` times per world; return diverged worlds."""
         ctrl_np = ctrl.detach().cpu().numpy()
@@ -71,6 +85,8 @@ class ReferenceBackend:
             before = sum(d.warning[w].number for w in DIVERGENCE_WARNINGS)
             d.ctrl[:] = ctrl_np[i]
             mujoco.mj_step(m, d, nstep=self.decimation)
+            if self._contact_forces:  # Gymnasium's call, on the data as mj_step left it
+                mujoco.mj_rnePostConstraint(m, d)
             if self.forward_after_step:
                 mujoco.mj_fwdPosition(m, d)
                 mujoco.mj_fwdVelocity(m, d)
@@ -94,6 +110,7 @@ class ReferenceBackend:
             if qvel is not None:
                 d.qvel[:] = np.asarray(qvel[k])
             mujoco.mj_forward(m, d)
+            d.cfrc_ext[:] = 0.0
         self._read()
 
     def set_model_field(
@@ -128,7 +145,11 @@ class ReferenceBackend:
             row = np.empty(mujoco.mj_stateSize(m, self._SPEC))
             mujoco.mj_getState(m, d, row, self._SPEC)
             rows.append(row)
-        return {"state": torch.from_numpy(np.stack(rows)), "fields": {f: self.get_model_field(f) for f in sorted(self._written)}}
+        return {
+            "state": torch.from_numpy(np.stack(rows)),
+            "fields": {f: self.get_model_field(f) for f in sorted(self._written)},
+            "cfrc_ext": self.cfrc_ext.clone(),
+        }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore :meth:`state_dict`."""
@@ -137,6 +158,9 @@ class ReferenceBackend:
         for row, m, d in zip(state["state"].numpy(), self.models, self.datas, strict=True):
             mujoco.mj_setState(m, d, row, self._SPEC)
             mujoco.mj_forward(m, d)
+        if "cfrc_ext" in state:
+            for d, forces in zip(self.datas, state["cfrc_ext"].numpy(), strict=True):
+                d.cfrc_ext[:] = forces
         self._read()
 
     @staticmethod
