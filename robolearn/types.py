@@ -5,7 +5,7 @@ Everything here depends on torch only, so every layer of robolearn may import it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +25,18 @@ IMAGE = "image"
 
 OBS_GROUPS: tuple[str, ...] = (POLICY, CRITIC, PRIVILEGED, HISTORY, IMAGE)
 """Every valid observation-group name."""
+
+DEPLOYABLE_GROUPS: tuple[str, ...] = (POLICY, HISTORY, IMAGE)
+"""Groups a deployed policy may read on the robot; no privileged term enters them unasked."""
+
+
+def assert_reads(consumer: str, reads: Sequence[str], allowed: Sequence[str] = DEPLOYABLE_GROUPS) -> None:
+    """Assert that ``consumer`` (an actor, an exported policy, a student) reads only ``allowed``
+    observation groups (by default the deployable ones); raise naming both otherwise.
+    """
+    bad = [g for g in reads if g not in allowed]
+    if bad:
+        raise ValueError(f"{consumer}: reads observation group(s) {bad}; it may read only {list(allowed)}")
 
 Obs = dict[str, torch.Tensor]
 """A batch of observations: group name to a ``[N, ...]`` tensor."""

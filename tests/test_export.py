@@ -73,8 +73,8 @@ def test_tampering_and_bad_input_are_caught(tmp_path, spec, policy):
         load_manifest(tmp_path)
     with pytest.raises(ValueError, match="format: expected one or more of onnx, torchscript"):
         export_policy(policy, spec, tmp_path, formats=["tflite"])
-    with pytest.raises(ValueError, match="no group 'critic'"):
-        export_policy(policy, spec, tmp_path, obs_group="critic")
+    with pytest.raises(ValueError, match="no group 'history'"):
+        export_policy(policy, spec, tmp_path, obs_group="history")
     with pytest.raises(ExportError, match=r"expected \[B, 6\] actions"):
         export_policy(_Policy(17, 4), spec, tmp_path)
 

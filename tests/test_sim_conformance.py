@@ -261,3 +261,29 @@ def test_bad_model_errors():
         make_backend("mujoco", model, 2).set_model_field("colour", 1.0)
     with pytest.raises(ValueError, match="qpos: expected shape"):
         make_backend("mujoco", model, 2).reset(None, torch.zeros(2, 5))
+
+
+@pytest.mark.parametrize("backend", FAST_BACKENDS)
+def test_applied_wrenches_and_substep_counts(backend, cheetah_xml):
+    model = load_model(cheetah_xml)
+    fast, ref = _pair(backend, model)
+    qpos, qvel = _start_state(model, 10)
+    wrench = torch.zeros(2, model.nbody, 6, dtype=torch.float64)
+    wrench[:, 1, 2] = torch.tensor([300.0, -200.0])  # push the torso up / down in worlds 1 and 4
+    for sim in (fast, ref):
+        sim.reset(None, qpos, qvel)
+        sim.set_xfrc_applied(wrench, torch.tensor([1, 4]))
+        assert sim.xfrc_applied[[1, 4], 1, 2].tolist() == [300.0, -200.0] and (sim.xfrc_applied[0] == 0).all()
+    u = _controls(model, 30, 11)
+    for k in range(30):
+        fast.step(u[k], nstep=1 + k % 3)
+        ref.step(u[k], nstep=1 + k % 3)
+    _assert_same(fast, ref)
+    assert fast.time[0].item() == pytest.approx(model.opt.timestep * sum(1 + k % 3 for k in range(30)))
+    plain = make_backend(backend, model, N, decimation=5)
+    plain.reset(None, qpos, qvel)
+    for k in range(30):
+        plain.step(u[k], nstep=1 + k % 3)
+    assert plain.qpos[1, 1] < fast.qpos[1, 1] and plain.qpos[4, 1] > fast.qpos[4, 1], "the wrenches must act"
+    fast.reset(torch.tensor([1]))
+    assert (fast.xfrc_applied[1] == 0).all() and (fast.xfrc_applied[4, 1, 2] == -200.0), "reset clears its world only"

@@ -107,6 +107,9 @@ class BatchedEnv:
         # Positions before the current step, for finite-difference velocities (as Gymnasium).
         self.prev_qpos = self.sim.qpos.clone()
         self.prev: dict[str, torch.Tensor] = {name: self._field(name).clone() for name in cfg.prev_fields}
+        # Every value drawn per world (randomised parameters, delays ...), [N, k] each: the
+        # privileged group reads them (mdp.drawn) and info["drawn"] records them for datasets.
+        self.drawn: dict[str, torch.Tensor] = {}
 
         self.command_manager = CommandManager(self, cfg.commands)
         self.event_manager = EventManager(self, cfg.events)
@@ -149,6 +152,8 @@ class BatchedEnv:
         terminated, truncated = self.termination_manager.compute()
         obs = self.observation_manager.compute()
         info: dict[str, Any] = {"final_obs": obs, "reward_terms": reward_terms, "diverged": diverged}
+        if self.drawn:  # the values this step ran under (before any reset redraws them)
+            info["drawn"] = {k: v.clone() for k, v in self.drawn.items()}
         done = terminated | truncated | diverged
         if bool(done.any()):
             ids = torch.nonzero(done).flatten()
@@ -197,6 +202,7 @@ class BatchedEnv:
             "prev_action": self.prev_action.clone(),
             "prev_qpos": self.prev_qpos.clone(),
             "prev": {k: v.clone() for k, v in self.prev.items()},
+            "drawn": {k: v.clone() for k, v in self.drawn.items()},
             "rng": self.rng.state_dict(),
             "episode_sums": self.reward_manager.episode_sums.clone(),
             "commands": {k: v.clone() for k, v in cm.values.items()},
@@ -220,6 +226,7 @@ class BatchedEnv:
         self.prev_qpos.copy_(state["prev_qpos"])
         for k, v in state.get("prev", {}).items():
             self.prev[k].copy_(v)
+        self.drawn = {k: v.clone() for k, v in state.get("drawn", {}).items()}
         self.rng.load_state_dict(state["rng"])
         self.reward_manager.episode_sums.copy_(state["episode_sums"])
         for k, v in state["commands"].items():
@@ -246,6 +253,18 @@ class BatchedEnv:
         return self._obs
 
     # -- helpers for terms -------------------------------------------------------------------
+    def record_drawn(self, name: str, env_ids: torch.Tensor, values: torch.Tensor) -> None:
+        """Store values drawn for worlds ``env_ids`` under ``name`` (``[len(env_ids), k]`` or
+        ``[len(env_ids)]``); the first call fixes the width. Other worlds keep theirs.
+        """
+        values = torch.as_tensor(values, dtype=torch.float64).reshape(env_ids.numel(), -1)
+        table = self.drawn.get(name)
+        if table is None:
+            table = self.drawn[name] = torch.zeros(self.num_envs, values.shape[1], dtype=torch.float64)
+        elif table.shape[1] != values.shape[1]:
+            raise ValueError(f"record_drawn({name!r}): expected {table.shape[1]} values per world, got {values.shape[1]}")
+        table[env_ids] = values
+
     def draw_uniform(self, env_ids: torch.Tensor, size: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
         """Uniform draws ``[len(env_ids), size]`` from those worlds' own streams (float64)."""
         return torch.from_numpy(self.rng.uniform(env_ids.numpy(), size, low, high))

@@ -41,6 +41,10 @@ class ObsTerm:
     """Multiply by this after clipping (per element if a sequence)."""
     unit: str = ""
     """Physical unit, recorded in the policy spec (``rad``, ``m/s``, ...)."""
+    privileged: bool | None = None
+    """What only the simulator knows (true state, randomisation draws, delays). ``None`` takes the
+    function's own ``privileged`` attribute (False if it has none). Such a term may not appear in a
+    deployable group (``policy``, ``history``, ``image``) unless that group allows it."""
 
 
 @dataclass
@@ -53,6 +57,9 @@ class ObsGroup:
     """Apply each term's noise (off for critic and privileged groups, typically)."""
     history_length: int = 0
     """Stack this many past frames (``[N, H * D]``, newest last); 0 keeps one frame, unstacked."""
+    allow_privileged: bool = False
+    """Let privileged terms into a deployable group: an explicit, reviewed exception (the robot
+    will have to measure those quantities)."""
 
 
 @dataclass

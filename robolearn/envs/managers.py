@@ -23,7 +23,7 @@ from robolearn.envs.cfg import (
     RewardTerm,
     TerminationTerm,
 )
-from robolearn.types import OBS_GROUPS
+from robolearn.types import DEPLOYABLE_GROUPS, OBS_GROUPS
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
@@ -47,6 +47,27 @@ class _ObsSlot:
     term: ObsTerm
     dim: int
     scale: torch.Tensor | None
+
+
+def is_privileged(term: ObsTerm) -> bool:
+    """Whether ``term`` carries simulator-only information (its flag, else its function's)."""
+    if term.privileged is not None:
+        return bool(term.privileged)
+    return bool(getattr(term.func, "privileged", False))
+
+
+def check_privileged(groups: dict[str, ObsGroup]) -> None:
+    """Refuse a privileged term in a deployable group whose config does not allow it."""
+    for gname in DEPLOYABLE_GROUPS:
+        group = groups.get(gname)
+        if group is None or group.allow_privileged:
+            continue
+        leaked = [t for t, term in group.terms.items() if is_privileged(term)]
+        if leaked:
+            raise ValueError(
+                f"observations.{gname}: privileged term(s) {', '.join(leaked)} in a deployable group; move them "
+                f"to 'privileged' (the critic sees them by default) or set observations.{gname}.allow_privileged=True"
+            )
 
 
 def default_critic(groups: dict[str, ObsGroup]) -> dict[str, ObsGroup]:
@@ -73,6 +94,7 @@ class ObservationManager:
         for name in groups:
             if name not in OBS_GROUPS:
                 raise ValueError(f"observations: unknown group {name!r}; expected one of {', '.join(OBS_GROUPS)}")
+        check_privileged(groups)
         groups = default_critic(groups)
         self.env = env
         self.groups = groups
@@ -307,9 +329,14 @@ class EventManager:
     """Runs start-up, reset and interval events."""
 
     def __init__(self, env: BatchedEnv, terms: dict[str, EventTerm]) -> None:
-        """Validate modes and prepare per-world interval timers."""
+        """Validate modes (and each term's parameters, if its function has a ``validate``
+        ``(env, name, **params)``) and prepare per-world interval timers, before any event runs.
+        """
         self.env = env
         for name, term in terms.items():
+            validate = getattr(term.func, "validate", None)
+            if callable(validate):
+                validate(env, f"events.{name}", **term.params)
             if term.mode not in ("startup", "reset", "interval"):
                 raise ValueError(f"events.{name}.mode: expected startup, reset or interval, got {term.mode!r}")
             lo, hi = term.interval_range_s

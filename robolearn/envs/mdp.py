@@ -137,6 +137,31 @@ def data_field(env: BatchedEnv, name: str, first: int = 0) -> torch.Tensor:
     return value[:, first:].reshape(env.num_envs, -1)
 
 
+def drawn(env: BatchedEnv, names: list[str] | tuple[str, ...] | None = None) -> torch.Tensor:
+    """The values drawn per world (``env.drawn``: randomised parameters, delays ...) concatenated
+    ``[N, k]``, all of them in name order or ``names`` in the given order. Privileged.
+    """
+    keys = sorted(env.drawn) if names is None else list(names)
+    missing = [k for k in keys if k not in env.drawn]
+    if missing:
+        raise ValueError(f"drawn: no values drawn under {missing}; drawn so far: {sorted(env.drawn)}")
+    if not keys:
+        return torch.zeros(env.num_envs, 0, dtype=torch.float64)
+    return torch.cat([env.drawn[k] for k in keys], dim=1)
+
+
+drawn.privileged = True  # type: ignore[attr-defined]
+
+
+def true_state(env: BatchedEnv) -> torch.Tensor:
+    """The full simulator state ``concat(qpos, qvel)`` ``[N, nq + nv]``. Privileged."""
+    return torch.cat([env.sim.qpos, env.sim.qvel], dim=1)
+
+
+true_state.privileged = True  # type: ignore[attr-defined]
+contact_forces.privileged = True  # type: ignore[attr-defined]
+
+
 def action_l2(env: BatchedEnv) -> torch.Tensor:
     """Squared norm of the action ``sum(a^2)``; weight it negatively as a cost."""
     a = env.action

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from robolearn.types import assert_reads
 from robolearn.utils.version import VERSION
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,8 @@ def export_policy(
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise ValueError(f"format: expected one or more of {', '.join(FORMATS)}, got {list(formats)}")
+    # What goes to the robot reads what the robot has: never the critic's or privileged state.
+    assert_reads("exported policy", [obs_group])
     groups = spec.get("observations", {})
     if obs_group not in groups:
         raise ValueError(f"obs_group: the spec has no group {obs_group!r}; groups: {', '.join(groups)}")

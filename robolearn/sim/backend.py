@@ -150,9 +150,22 @@ class SimBackend(Protocol):
         """Simulation time per world ``[N]``."""
         ...
 
-    def step(self, ctrl: torch.Tensor) -> torch.Tensor:
-        """Apply ``ctrl[N, nu]`` and advance ``decimation`` substeps; return a ``[N]`` bool mask of
-        worlds whose physics diverged (MuJoCo instability warning, NaN state or engine error).
+    @property
+    def xfrc_applied(self) -> torch.Tensor:
+        """External wrenches applied to bodies ``[N, nbody, 6]`` (force, torque; world frame, at the
+        body's centre of mass); persistent across steps, zeroed by a reset. Read-only here: write
+        with :meth:`set_xfrc_applied`.
+        """
+        ...
+
+    def set_xfrc_applied(self, values: torch.Tensor, env_ids: torch.Tensor | np.ndarray | None = None) -> None:
+        """Set the applied wrenches ``[len(env_ids), nbody, 6]`` of worlds ``env_ids`` (default: all)."""
+        ...
+
+    def step(self, ctrl: torch.Tensor, nstep: int | None = None) -> torch.Tensor:
+        """Apply ``ctrl[N, nu]`` and advance ``nstep`` substeps (default ``decimation``); return a
+        ``[N]`` bool mask of worlds whose physics diverged (MuJoCo instability warning, NaN state or
+        engine error).
         """
         ...
 

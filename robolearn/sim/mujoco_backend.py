@@ -81,6 +81,8 @@ class MujocoBackend:
         self._qvel = torch.from_numpy(self._qvel_np)
         self._ctrl = torch.from_numpy(self._ctrl_np)
         self._time = torch.from_numpy(b.bind("time"))
+        self._xfrc_np = b.bind("xfrc_applied")  # part of the state rows: writable, zeroed by reset
+        self._xfrc = torch.from_numpy(self._xfrc_np)
         self._derived = {name: _tensor(b.bind(name)) for name in ("xpos", "xquat", "cvel", "sensordata")}
         # cfrc_ext lives in our own buffer: it is zero after a reset (as MjData's after
         # mj_resetData + mj_forward) and, under RK4, filled by the per-world loop after the step.
@@ -172,14 +174,26 @@ class MujocoBackend:
             self._batch.forward()  # fill it at the current state (no step has happened yet)
         return view
 
+    @property
+    def xfrc_applied(self) -> torch.Tensor:
+        """Applied body wrenches ``[N, nbody, 6]`` (a view of the state rows)."""
+        return self._xfrc
+
+    def set_xfrc_applied(self, values: torch.Tensor, env_ids: torch.Tensor | np.ndarray | None = None) -> None:
+        """Write the applied wrenches of ``env_ids``."""
+        ids = as_index_array(env_ids, self.num_worlds)
+        self._xfrc_np[ids] = _numpy(values, (ids.size, self.model.nbody, 6), "xfrc_applied", broadcast=True)
+
     # -- stepping ----------------------------------------------------------------------------
-    def step(self, ctrl: torch.Tensor) -> torch.Tensor:
-        """Write ``ctrl`` and advance every world ``decimation`` substeps; return diverged worlds."""
+    def step(self, ctrl: torch.Tensor, nstep: int | None = None) -> torch.Tensor:
+        """Write ``ctrl`` and advance every world ``nstep`` substeps (default ``decimation``); return
+        the diverged worlds.
+        """
         self._ctrl.copy_(ctrl)
         self._stepped = True
         failed: np.ndarray | None = None
         try:
-            self._batch.step(nstep=self.decimation, stage=self._stage)
+            self._batch.step(nstep=self.decimation if nstep is None else int(nstep), stage=self._stage)
         except SimulationError as err:  # those worlds kept their previous state; reset them too
             failed = err.ids
         after = self._warning_sum()

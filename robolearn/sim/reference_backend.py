@@ -77,14 +77,30 @@ class ReferenceBackend:
             self._read()
         return self._state[name]
 
-    def step(self, ctrl: torch.Tensor) -> torch.Tensor:
-        """Apply ``ctrl`` and call ``mj_step`` ``decimation`` times per world; return diverged worlds."""
+    @property
+    def xfrc_applied(self) -> torch.Tensor:
+        """Applied body wrenches ``[N, nbody, 6]`` (a copy)."""
+        return torch.from_numpy(np.stack([np.array(d.xfrc_applied) for d in self.datas]))
+
+    def set_xfrc_applied(self, values: torch.Tensor, env_ids: torch.Tensor | np.ndarray | None = None) -> None:
+        """Write the applied wrenches of ``env_ids``."""
+        ids = as_index_array(env_ids, self.num_worlds)
+        arr = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+        arr = np.broadcast_to(arr, (ids.size, self.model.nbody, 6))
+        for k, i in enumerate(ids):
+            self.datas[i].xfrc_applied[:] = arr[k]
+
+    def step(self, ctrl: torch.Tensor, nstep: int | None = None) -> torch.Tensor:
+        """Apply ``ctrl`` and call ``mj_step`` ``nstep`` times (default ``decimation``) per world;
+        return diverged worlds.
+        """
         ctrl_np = ctrl.detach().cpu().numpy()
+        nstep = self.decimation if nstep is None else int(nstep)
         bad = np.zeros(self.num_worlds, dtype=bool)
         for i, (m, d) in enumerate(zip(self.models, self.datas, strict=True)):
             before = sum(d.warning[w].number for w in DIVERGENCE_WARNINGS)
             d.ctrl[:] = ctrl_np[i]
-            mujoco.mj_step(m, d, nstep=self.decimation)
+            mujoco.mj_step(m, d, nstep=nstep)
             if self._contact_forces:  # Gymnasium's call, on the data as mj_step left it
                 mujoco.mj_rnePostConstraint(m, d)
             if self.forward_after_step:

@@ -29,7 +29,10 @@ def ant_cfg() -> TaskCfg:
         contact_forces=True,
         prev_fields=("xpos",),
         observations={
+            # Gymnasium's observation includes the simulator's contact forces (privileged): allowed
+            # here for parity; a real robot would need force sensing to match it.
             "policy": ObsGroup(
+                allow_privileged=True,
                 terms={
                     "joint_pos": ObsTerm(mdp.qpos, params={"start": 2}, unit="m|rad|quat"),
                     "joint_vel": ObsTerm(mdp.qvel, unit="m/s|rad/s"),
