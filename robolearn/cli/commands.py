@@ -36,6 +36,7 @@ from robolearn.cli.config import (
     ConfigError,
     EvalConfig,
     ExportConfig,
+    Sim2SimConfig,
     TrainConfig,
     plain,
     to_dataclass,
@@ -57,7 +58,7 @@ class UsageError(ValueError):
 
 
 def run_command(command: str, argv: Sequence[str]) -> int:
-    """Run ``robolearn <command> <argv>`` (``command`` in ``train``, ``eval``, ``export``); return the exit status."""
+    """Run ``robolearn <command> <argv>`` (``train``, ``eval``, ``export``, ``sim2sim``); return the exit status."""
     args = list(argv)
     if any(a in ("-h", "--help") for a in args):
         print(_help(command))
@@ -73,8 +74,12 @@ def run_command(command: str, argv: Sequence[str]) -> int:
             if multirun:
                 _print_table(["run_dir", "final eval return", "env steps"], results)
             return 0
-        handler: Callable[[list[str]], int] = eval_command if command == "eval" else export_command
-        return handler(overrides)
+        handlers: dict[str, Callable[[list[str]], int]] = {
+            "eval": eval_command,
+            "export": export_command,
+            "sim2sim": sim2sim_entry,
+        }
+        return handlers[command](overrides)
     except (ConfigError, UsageError, HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
         print(f"robolearn {command}: error: {_message(exc)}", file=sys.stderr)
         return 2
@@ -275,6 +280,14 @@ def export_command(overrides: list[str]) -> int:
     return 0
 
 
+# -- sim2sim ----------------------------------------------------------------------------------
+def sim2sim_entry(overrides: list[str]) -> int:
+    """Compose ``sim2sim.yaml`` with ``overrides`` and run the gate (exit 1 if a condition fails)."""
+    from robolearn.cli.sim2sim import sim2sim_command
+
+    return sim2sim_command(to_dataclass(Sim2SimConfig, _with_run(compose_config("sim2sim", overrides))))
+
+
 # -- output -----------------------------------------------------------------------------------
 def _print_table(columns: list[str], rows: list[list[Any]], *, header: bool = True) -> None:
     """Print ``rows`` in aligned columns under ``columns`` (floats with two decimals)."""
@@ -292,6 +305,7 @@ def _help(command: str) -> str:
         "train": "robolearn train [-m] task=<TaskId> algo=<ppo|sac> [experiment=<name>] [key=value ...]",
         "eval": "robolearn eval run=<run dir> [episodes=N] [num_envs=N] [seed=N] [video=true]",
         "export": "robolearn export run=<run dir> format=<onnx|torchscript|all> [out=<dir>]",
+        "sim2sim": "robolearn sim2sim run=<run dir> [only=[name,...]] [min_ratio=F] [perturbations.<name>.<field>=V]",
     }[command]
     text = f"usage: {usage}\n\n"
     if command == "train":

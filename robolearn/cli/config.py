@@ -118,6 +118,73 @@ class ExportConfig:
             raise ConfigError(f"format: unknown {self.format!r}; valid choices: {', '.join(EXPORT_FORMATS)}")
 
 
+INTEGRATORS: dict[str, int] = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
+"""MuJoCo integrators by MJCF name (``mjtIntegrator``)."""
+
+
+@dataclass
+class Perturbation:
+    """One shifted-dynamics condition of the sim2sim gate; unset fields leave the task as trained."""
+
+    timestep_scale: float = 1.0
+    """Physics timestep times this; the decimation is divided by it so the control rate holds."""
+    integrator: str | None = None
+    """Another integrator: one of :data:`INTEGRATORS`."""
+    fields: dict[str, float] = field(default_factory=dict)
+    """Model field (friendly or MuJoCo name) to a factor applied to every element (``mass: 1.3``)."""
+    action_delay: int = 0
+    """Control steps between the policy's action and its application (added latency)."""
+    obs_delay: int = 0
+    """Control steps by which the policy's observations are stale (added latency)."""
+    min_ratio: float | None = None
+    """Pass if the mean return is at least this times the nominal one (default: the gate's)."""
+    min_return: float | None = None
+    """Pass if the mean return is at least this (instead of a ratio)."""
+
+    def __post_init__(self) -> None:
+        """Reject values that cannot describe a condition."""
+        if not self.timestep_scale > 0:
+            raise ConfigError(f"timestep_scale: expected a positive factor, got {self.timestep_scale}")
+        if self.integrator is not None and self.integrator not in INTEGRATORS:
+            raise ConfigError(f"integrator: unknown {self.integrator!r}; valid choices: {', '.join(INTEGRATORS)}")
+        if self.action_delay < 0 or self.obs_delay < 0:
+            raise ConfigError(f"action_delay/obs_delay: expected >= 0 control steps, got {self.action_delay}/{self.obs_delay}")
+
+
+@dataclass
+class Sim2SimConfig:
+    """``robolearn sim2sim``: evaluate a run's policy under perturbed physics against thresholds."""
+
+    run: str
+    """The run directory."""
+    run_dir: str | None = None
+    """Alias of ``run``."""
+    perturbations: dict[str, Any] = field(default_factory=dict)
+    """Condition name to :class:`Perturbation` fields."""
+    only: list[str] | None = None
+    """Evaluate only these perturbations (default: all)."""
+    min_ratio: float = 0.7
+    """Default pass threshold: mean return >= this times the nominal mean return."""
+    episodes: int = 16
+    """Episodes per condition."""
+    num_envs: int = 8
+    """Worlds stepped together."""
+    seed: int = 4242
+    """Seed of the evaluation worlds (the same for every condition)."""
+    device: str = "cpu"
+    """Torch device."""
+    out: str | None = None
+    """Where the JSON report goes; ``None``: ``<run>/sim2sim.json``."""
+
+    def conditions(self) -> dict[str, Perturbation]:
+        """The perturbations as dataclasses, checked (unknown keys and bad values named)."""
+        names = list(self.perturbations) if self.only is None else list(self.only)
+        unknown = [n for n in names if n not in self.perturbations]
+        if unknown:
+            raise ConfigError(f"only: unknown perturbation(s) {unknown}; defined: {', '.join(self.perturbations)}")
+        return {n: to_dataclass(Perturbation, self.perturbations[n] or {}, f"perturbations.{n}") for n in names}
+
+
 def plain(cfg: DictConfig) -> dict[str, Any]:
     """The composed config as plain dicts and lists, interpolations resolved."""
     container = OmegaConf.to_container(cfg, resolve=True)

@@ -1,6 +1,6 @@
-"""The ``robolearn`` console script: ``train``, ``eval``, ``export``, ``demo`` and ``list``.
+"""The ``robolearn`` console script: ``train``, ``eval``, ``export``, ``sim2sim``, ``demo`` and ``list``.
 
-``train``/``eval``/``export`` take Hydra overrides (``key=value``, configs in ``robolearn.configs``)
+``train``/``eval``/``export``/``sim2sim`` take Hydra overrides (``key=value``, configs in ``robolearn.configs``)
 and run in :mod:`robolearn.cli.commands`. ``demo`` steps a batched task with random actions,
 reports throughput, and writes a video of world 0; it and ``list`` are parsed with argparse.
 """
@@ -26,6 +26,7 @@ HYDRA_COMMANDS: dict[str, str] = {
     "train": "train task=<TaskId> algo=<ppo|sac> [key=value ...] (Hydra overrides; -m sweeps; --help)",
     "eval": "eval run=<run dir>: mean return of the latest checkpoint (--help)",
     "export": "export run=<run dir> format=<onnx|torchscript|all>: policy + manifest (--help)",
+    "sim2sim": "sim2sim run=<run dir>: evaluate under perturbed physics and latency, pass/fail (--help)",
 }
 """Subcommands composed by Hydra (see :mod:`robolearn.cli.commands`), with their one-line help."""
 
