@@ -1,0 +1,355 @@
+"""Dataset files: robolearn HDF5 (read and write) and D4RL HDF5 (read).
+
+robolearn file, format version 1 (chunked and compressed through h5py)::
+
+    /                      attrs: format="robolearn.dataset", format_version=1, metadata=<JSON>
+    /observations/<group>  [N, ...]     float32 (or uint8 images)
+    /final_observations/<group> [E, ...]  the observation after each episode's last step
+    /next_observations/<group>  [N, ...]  only when next observations are not the following rows
+    /actions [N, A] float32   /rewards [N] float32   /terminals, /timeouts [N] bool
+    /episode_lengths [E] int64  (redundant with the flags; checked against them on read)
+    /infos/<name>[/<name>...]   [N, ...]
+
+Writes are atomic: the file is built under a temporary name in the target's directory, flushed to
+disk, then moved over the target with ``os.replace``, so a crash or an exception midway leaves
+the target as it was (absent, or the previous file) and no temporary file behind.
+
+D4RL files (``observations``, ``actions``, ``rewards``, ``terminals``, ``timeouts``, optional
+``next_observations``, ``infos/...``, ``metadata/...``): see :func:`read_d4rl` for how episode ends
+and unknown next observations are handled.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import torch
+
+from robolearn.data.dataset import Dataset, DatasetMetadata
+from robolearn.data.validation import DatasetError, as_flags, as_tensor, check_finite
+
+FORMAT_NAME = "robolearn.dataset"
+"""Value of the root ``format`` attribute of a robolearn dataset file."""
+FORMAT_VERSION = 1
+"""Version of the robolearn file layout written by :func:`write_robolearn`; readers accept <= this."""
+
+_CHUNK_BYTES = 1 << 20
+"""Target chunk size: about 1 MiB keeps gzip fast and a partial read cheap."""
+
+
+def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
+    return (max(1, min(shape[0], _CHUNK_BYTES // row)), *shape[1:])
+
+
+def _put(f: h5py.Group, name: str, t: torch.Tensor, compression: str | None, level: int | None) -> None:
+    arr = t.detach().cpu().numpy()
+    opts: dict[str, Any] = {}
+    if compression is not None and arr.size:
+        # Byte shuffle groups the exponent bytes of floats together, which roughly doubles gzip's gain.
+        opts = {"compression": compression, "shuffle": True}
+        if compression == "gzip" and level is not None:
+            opts["compression_opts"] = int(level)
+    f.create_dataset(name, data=arr, chunks=_chunks(arr.shape, arr.itemsize) if arr.size else None, **opts)
+
+
+def write_robolearn(
+    dataset: Dataset, path: str | Path, *, compression: str | None = "gzip", compression_level: int | None = 4
+) -> Path:
+    """Write ``dataset`` to ``path`` (format version :data:`FORMAT_VERSION`) atomically; return the path.
+
+    ``compression``: an h5py filter (``"gzip"``, ``"lzf"``) or None; ``compression_level``: gzip's
+    level 0-9. The parent directory is created if needed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT_NAME
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["metadata"] = dataset.metadata.to_json()
+            for key, group in (
+                ("observations", dataset.observations),
+                ("final_observations", dataset.final_observations),
+                ("next_observations", dataset.next_observations),
+            ):
+                for k, v in (group or {}).items():
+                    _put(f, f"{key}/{k}", v, compression, compression_level)
+            for key in ("actions", "rewards", "terminals", "timeouts", "episode_lengths"):
+                _put(f, key, getattr(dataset, key), compression, compression_level)
+            for k, v in dataset.infos.items():
+                _put(f, f"infos/{k}", v, compression, compression_level)
+        # Flush the bytes before the rename, so a power loss cannot leave a renamed but empty file.
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _read(f: h5py.Group, name: str, where: str, required: bool = True) -> np.ndarray | None:
+    if name not in f:
+        if required:
+            raise DatasetError(f"{name}: missing from {where}")
+        return None
+    node = f[name]
+    if not isinstance(node, h5py.Dataset):
+        raise DatasetError(f"{name}: expected an array in {where}, found a group")
+    return node[()]
+
+
+def _read_tree(f: h5py.Group, name: str, where: str) -> dict[str, np.ndarray]:
+    """Every array under group ``name`` keyed by its path below it (``infos/qpos`` -> ``qpos``)."""
+    if name not in f:
+        return {}
+    node = f[name]
+    if isinstance(node, h5py.Dataset):
+        raise DatasetError(f"{name}: expected a group of arrays in {where}, found one array")
+    out: dict[str, np.ndarray] = {}
+
+    def visit(key: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            out[key] = obj[()]
+
+    node.visititems(visit)
+    return out
+
+
+def _open(path: str | Path) -> h5py.File:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such dataset file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise DatasetError(f"{path}: not a readable HDF5 file ({e})") from e
+
+
+def read_robolearn(
+    path: str | Path,
+    *,
+    device: str | torch.device = "cpu",
+    expect_obs_dim: int | Mapping[str, int] | None = None,
+    expect_action_dim: int | None = None,
+    task_id: str | None = None,
+) -> Dataset:
+    """Read a robolearn dataset file, validate it on the CPU, then move it to ``device``."""
+    where = str(path)
+    with _open(path) as f:
+        fmt = f.attrs.get("format")
+        version = f.attrs.get("format_version")
+        if fmt != FORMAT_NAME or version is None:
+            raise DatasetError(
+                f"format: {where} is not a robolearn dataset file (root attrs format={fmt!r}, "
+                f"format_version={version!r}); for D4RL files use read_d4rl"
+            )
+        if int(version) > FORMAT_VERSION:
+            raise DatasetError(
+                f"format_version: {where} has version {int(version)}, this robolearn reads <= {FORMAT_VERSION}; upgrade robolearn"
+            )
+        metadata = DatasetMetadata.from_json(str(f.attrs.get("metadata", "{}")))
+        obs = _read_tree(f, "observations", where)
+        if not obs:
+            raise DatasetError(f"observations: missing from {where}")
+        fin = _read_tree(f, "final_observations", where)
+        if not fin:
+            raise DatasetError(f"final_observations: missing from {where}")
+        nxt = _read_tree(f, "next_observations", where) or None
+        fields = {
+            k: _read(f, k, where) for k in ("actions", "rewards", "terminals", "timeouts", "episode_lengths")
+        }
+        infos = _read_tree(f, "infos", where)
+    dataset = Dataset(
+        obs,
+        fields["actions"],
+        fields["rewards"],
+        fields["terminals"],
+        fields["timeouts"],
+        final_observations=fin,
+        next_observations=nxt,
+        infos=infos,
+        metadata=metadata,
+    )
+    stored = np.asarray(fields["episode_lengths"]).reshape(-1)
+    derived = dataset.episode_lengths.numpy()
+    if stored.shape != derived.shape or not np.array_equal(stored, derived):
+        diff = (
+            int(np.argmax(stored[: len(derived)] != derived[: len(stored)]))
+            if min(len(stored), len(derived))
+            else 0
+        )
+        raise DatasetError(
+            f"episode_lengths: the stored lengths ({len(stored)} episodes) disagree with the terminals/timeouts "
+            f"flags ({len(derived)} episodes), first at episode {diff}"
+        )
+    dataset.check(expect_obs_dim=expect_obs_dim, expect_action_dim=expect_action_dim, task_id=task_id)
+    if task_id and not dataset.metadata.task_id:
+        dataset.metadata.task_id = task_id
+    return dataset.to(device)
+
+
+def _derive_timeouts(terminals: np.ndarray, max_episode_steps: int) -> np.ndarray:
+    """Time-outs of a file without them: a step is one when it is the ``max_episode_steps``-th of its episode."""
+    out = np.zeros_like(terminals)
+    count = 0
+    for i, term in enumerate(terminals):  # files without time-outs are the small early D4RL v0 ones
+        count += 1
+        if term:
+            count = 0
+        elif count == max_episode_steps:
+            out[i] = True
+            count = 0
+    return out
+
+
+def read_d4rl(
+    path: str | Path,
+    *,
+    device: str | torch.device = "cpu",
+    expect_obs_dim: int | Mapping[str, int] | None = None,
+    expect_action_dim: int | None = None,
+    task_id: str | None = None,
+    max_episode_steps: int | None = None,
+    metadata: DatasetMetadata | None = None,
+) -> Dataset:
+    """Read a D4RL HDF5 file (as D4RL's ``get_dataset`` downloads them), validated, onto ``device``.
+
+    Episodes end at ``terminals`` or ``timeouts``; a file without ``timeouts`` needs
+    ``max_episode_steps`` to derive them. Next observations:
+
+    * with ``next_observations`` in the file, each episode's final observation is taken from it;
+      the full array is kept only when it differs from the following rows inside an episode. A last
+      row without a flag (collection stopped) becomes a time-out, its next observation known.
+    * without them, step ``t``'s next observation is ``observations[t + 1]`` inside an episode. The
+      last step of a time-out episode (and an unflagged last row of the file) has no known next
+      observation, so it is dropped, as D4RL's and CORL's ``qlearning_dataset`` drop it; the step
+      before it becomes the episode's time-out end, bootstrapping from the dropped step's
+      observation. A terminal step keeps its transition and, its next observation being unknown but
+      never bootstrapped from, gets a copy of its own observation as the final observation.
+
+    ``infos/...`` arrays become ``infos``; scalar ``metadata/...`` entries go to ``metadata.extra["d4rl"]``.
+    """
+    where = str(path)
+    with _open(path) as f:
+        raw = {k: _read(f, k, where) for k in ("observations", "actions", "rewards", "terminals")}
+        raw_timeouts = _read(f, "timeouts", where, required=False)
+        raw_next = _read(f, "next_observations", where, required=False)
+        infos = _read_tree(f, "infos", where)
+        d4rl_meta: dict[str, Any] = {}
+        if "metadata" in f and isinstance(f["metadata"], h5py.Group):
+
+            def visit(key: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset) and obj.shape == ():
+                    v = obj[()]
+                    d4rl_meta[key] = (
+                        v.decode() if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v
+                    )
+
+            f["metadata"].visititems(visit)
+
+    rewards = np.asarray(raw["rewards"])
+    if rewards.ndim == 2 and rewards.shape[1] == 1:  # some converters write [N, 1]
+        rewards = rewards[:, 0]
+    n = int(rewards.shape[0]) if rewards.ndim else 0
+    per_step = {"observations": raw["observations"], "actions": raw["actions"], "terminals": raw["terminals"]}
+    if raw_timeouts is not None:
+        per_step["timeouts"] = raw_timeouts
+    if raw_next is not None:
+        per_step["next_observations"] = raw_next
+    per_step.update({f"infos/{k}": v for k, v in infos.items()})
+    for name, arr in per_step.items():
+        if np.ndim(arr) == 0 or len(arr) != n:
+            got = "a scalar" if np.ndim(arr) == 0 else f"{len(arr)} rows"
+            raise DatasetError(
+                f"{name}: expected {n} rows (one per transition, as many as 'rewards'), got {got}"
+            )
+    if n == 0:
+        raise DatasetError(f"rewards: {where} holds no transitions")
+    # Dtype and finiteness on the arrays as stored, so an error's index is the file's row even
+    # when rows are dropped below.
+    for name, arr in {"rewards": rewards, **per_step}.items():
+        t = as_tensor(name, arr)
+        if t.is_floating_point():
+            check_finite(name, t)
+
+    term = as_flags("terminals", raw["terminals"]).numpy().reshape(n)
+    if raw_timeouts is not None:
+        tout = as_flags("timeouts", raw_timeouts).numpy().reshape(n).copy()
+    elif max_episode_steps is not None:
+        tout = _derive_timeouts(term, int(max_episode_steps))
+    else:
+        raise DatasetError(
+            f"timeouts: missing from {where} (an early D4RL v0 file?); pass max_episode_steps to derive them"
+        )
+    obs = np.asarray(raw["observations"])
+    actions = np.asarray(raw["actions"])
+    extra: dict[str, Any] = {"d4rl": d4rl_meta} if d4rl_meta else {}
+    # A copy, so the caller's object is not mutated by the details added below.
+    metadata = replace(metadata, extra=dict(metadata.extra)) if metadata else DatasetMetadata(source="d4rl")
+
+    if raw_next is not None:
+        nxt = np.asarray(raw_next)
+        if not (term[-1] or tout[-1]):
+            tout[-1] = True
+        ends = np.flatnonzero(term | tout)
+        inside = ~(term | tout)[:-1]
+        same = nxt.shape == obs.shape and np.array_equal(nxt[:-1][inside], obs[1:][inside])
+        extra["next_observations"] = "from the file's final rows" if same else "full array from the file"
+        dataset = Dataset(
+            obs,
+            actions,
+            rewards,
+            term,
+            tout,
+            final_observations=nxt[ends] if same else None,
+            next_observations=None if same else nxt,
+            infos=infos,
+            metadata=metadata,
+        )
+    else:
+        unknown = tout & ~term
+        unknown[-1] |= not term[-1]
+        drop = np.flatnonzero(unknown)
+        prev = drop - 1
+        prev = prev[(prev >= 0) & ~(term | tout)[np.maximum(prev, 0)] & ~unknown[np.maximum(prev, 0)]]
+        tout[prev] = True
+        keep = ~unknown
+        if not keep.any():
+            raise DatasetError(
+                f"timeouts: every transition of {where} is a one-step time-out episode; nothing is left"
+            )
+        ends = np.flatnonzero((term | tout) & keep)
+        final = np.where(
+            term[ends].reshape((-1,) + (1,) * (obs.ndim - 1)), obs[ends], obs[np.minimum(ends + 1, n - 1)]
+        )
+        extra["next_observations"] = (
+            "derived: following rows; time-out ends without a next observation dropped"
+        )
+        extra["dropped_transitions"] = int(drop.size)
+        dataset = Dataset(
+            obs[keep],
+            actions[keep],
+            rewards[keep],
+            term[keep],
+            tout[keep],
+            final_observations=final,
+            infos={k: np.asarray(v)[keep] for k, v in infos.items()},
+            metadata=metadata,
+        )
+    dataset.metadata.extra.update(extra)
+    dataset.check(expect_obs_dim=expect_obs_dim, expect_action_dim=expect_action_dim, task_id=task_id)
+    if task_id and not dataset.metadata.task_id:
+        dataset.metadata.task_id = task_id
+    return dataset.to(device)
