@@ -33,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 import robolearn
 from robolearn.cli.build import EVAL_SEED_OFFSET, build_agent, build_env, load_policy, runner_class
 from robolearn.cli.config import (
+    CollectConfig,
     ConfigError,
     EvalConfig,
     ExportConfig,
@@ -78,6 +79,7 @@ def run_command(command: str, argv: Sequence[str]) -> int:
             "eval": eval_command,
             "export": export_command,
             "sim2sim": sim2sim_entry,
+            "data": data_entry,
         }
         return handlers[command](overrides)
     except (ConfigError, UsageError, HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
@@ -288,6 +290,21 @@ def sim2sim_entry(overrides: list[str]) -> int:
     return sim2sim_command(to_dataclass(Sim2SimConfig, _with_run(compose_config("sim2sim", overrides))))
 
 
+# -- data -------------------------------------------------------------------------------------
+def data_entry(argv: list[str]) -> int:
+    """``robolearn data collect [key=value ...]``: compose ``collect.yaml`` and collect."""
+    if not argv or argv[0] != "collect":
+        raise UsageError("expected `robolearn data collect key=value ...` (the only data subcommand)")
+    from robolearn.cli.collect import collect_command
+    from robolearn.data import DatasetError
+
+    try:
+        collect_command(to_dataclass(CollectConfig, compose_config("collect", argv[1:])))
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from exc
+    return 0
+
+
 # -- output -----------------------------------------------------------------------------------
 def _print_table(columns: list[str], rows: list[list[Any]], *, header: bool = True) -> None:
     """Print ``rows`` in aligned columns under ``columns`` (floats with two decimals)."""
@@ -306,6 +323,7 @@ def _help(command: str) -> str:
         "eval": "robolearn eval run=<run dir> [episodes=N] [num_envs=N] [seed=N] [video=true]",
         "export": "robolearn export run=<run dir> format=<onnx|torchscript|all> [out=<dir>]",
         "sim2sim": "robolearn sim2sim run=<run dir> [only=[name,...]] [min_ratio=F] [perturbations.<name>.<field>=V]",
+        "data": "robolearn data collect task=<TaskId> policy=<run dir|random> episodes=N [noise=F] [out=<file>]",
     }[command]
     text = f"usage: {usage}\n\n"
     if command == "train":
@@ -314,5 +332,5 @@ def _help(command: str) -> str:
             choices = sorted(p.name[:-5] for p in (configs / group).iterdir() if p.name.endswith(".yaml"))
             text += f"{group}: {', '.join(choices)}\n"
         text += "\n"
-    raw = (configs / f"{command}.yaml").read_text()
+    raw = (configs / f"{'collect' if command == 'data' else command}.yaml").read_text()
     return f"{text}defaults ({CONFIG_MODULE}/{command}.yaml):\n{raw}"

@@ -118,6 +118,49 @@ class ExportConfig:
             raise ConfigError(f"format: unknown {self.format!r}; valid choices: {', '.join(EXPORT_FORMATS)}")
 
 
+@dataclass
+class CollectConfig:
+    """``robolearn data collect``: roll a behaviour policy out and write its episodes as a dataset."""
+
+    task: str | None = None
+    """Registered task id; default: the run's task when ``policy`` is a run directory."""
+    policy: str = "random"
+    """``random`` (uniform actions in the bounds) or a run directory (latest checkpoint, deterministic)."""
+    episodes: int = 100
+    """Complete episodes to keep."""
+    noise: float = 0.0
+    """Gaussian action noise as a fraction of the half action range (clipped to the bounds)."""
+    num_envs: int = 16
+    """Worlds stepped together."""
+    seed: int = 0
+    """Seed of the worlds and of the noise."""
+    out: str | None = None
+    """Dataset file; default ``data/<task>-<collection>.h5``."""
+    collection: str | None = None
+    """Name of the data's provenance in its metadata; default from the policy and the noise."""
+    ref_random: float | None = None
+    """Random-policy reference return; D4RL's for its tasks, else measured (``ref_episodes``)."""
+    ref_expert: float | None = None
+    """Expert reference return; D4RL's for its tasks, else unset unless given."""
+    ref_episodes: int = 16
+    """Episodes of a uniform random policy that measure ``ref_random`` when it is unknown."""
+    device: str = "cpu"
+    """Torch device."""
+    overwrite: bool = False
+    """Replace an existing file (by default it is kept, so a recipe of many datasets resumes)."""
+    task_overrides: dict[str, Any] = field(default_factory=dict)
+    """Task config overrides (nested mappings become ``a__b``)."""
+
+    def __post_init__(self) -> None:
+        """Reject counts and noise that cannot work."""
+        if self.episodes < 1 or self.num_envs < 1 or self.ref_episodes < 1:
+            raise ConfigError(
+                f"episodes, num_envs and ref_episodes must be >= 1, got {self.episodes}, {self.num_envs}, {self.ref_episodes}"
+            )
+        if self.noise < 0:
+            raise ConfigError(f"noise: expected >= 0, got {self.noise}")
+
+
 INTEGRATORS: dict[str, int] = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
 """MuJoCo integrators by MJCF name (``mjtIntegrator``)."""
 

@@ -1,0 +1,131 @@
+"""Dataset collection: roll a policy out in a batched env and keep whole episodes.
+
+The env is any batched env with robolearn's step contract (same-step autoreset, the observation an
+episode ended on in ``info["final_obs"]``, ``info["episode"]["env_ids"]`` for the worlds that
+ended); the policy maps observation groups to actions. Episodes are cut out of the time-major
+record when they end, so each keeps its own terminal/time-out flag and its true final
+observation; the values the env drew for a world (``info["drawn"]``: randomised parameters,
+delays) go into each step's ``infos`` under ``drawn/<name>``, so datasets carry what the
+privileged critic or a teacher would see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+Act = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
+"""A policy: observation groups ``[N, ...]`` to actions ``[N, A]``."""
+
+
+def collect_episodes(
+    env: Any,
+    act: Act,
+    episodes: int,
+    *,
+    groups: tuple[str, ...] | None = None,
+    seed: int | None = None,
+    progress: bool = True,
+    max_steps: int | None = None,
+) -> list[dict[str, Any]]:
+    """Step ``env`` with ``act`` until ``episodes`` episodes have ended; return them in end order.
+
+    Args:
+        env: a batched env (robolearn's step contract).
+        act: the behaviour policy (noise, if any, is its business).
+        episodes: how many complete episodes to keep.
+        groups: observation groups to keep (default: all but ``critic``, which repeats the others).
+        seed: reset seed of the env (``None`` keeps its streams).
+        progress: show a progress bar over episodes.
+        max_steps: safety cap on control steps (default: enough for the episodes at full length, twice).
+
+    Returns:
+        Episode dicts as :meth:`robolearn.data.Dataset.from_episodes` reads them: ``observations``
+        (group -> ``[T + 1, ...]``), ``actions`` ``[T, A]``, ``rewards`` ``[T]``, ``terminals`` and
+        ``timeouts`` ``[T]`` (only the last step flagged), ``infos`` (name -> ``[T, ...]``).
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes: expected >= 1, got {episodes}")
+    obs, _ = env.reset(seed=seed)
+    keep = tuple(g for g in obs if g != "critic") if groups is None else tuple(groups)
+    n = env.num_envs
+    limit = max_steps or 2 * (episodes // n + 1) * env.max_episode_length
+    rec: dict[str, list[torch.Tensor]] = {f"obs/{g}": [] for g in keep}
+    rec.update(actions=[], rewards=[])
+    drawn: dict[str, list[torch.Tensor]] = {}
+    start = torch.zeros(n, dtype=torch.long)  # row of each world's current episode in the record
+    ends: list[tuple[int, int, int, bool, dict[str, torch.Tensor]]] = []  # world, first, last, terminal, final obs
+    bar = tqdm(total=episodes, desc="collecting", unit="ep", disable=not progress, leave=False)
+    with torch.inference_mode():
+        for t in range(limit):
+            action = act(obs)
+            for g in keep:
+                rec[f"obs/{g}"].append(obs[g].cpu())
+            next_obs, reward, terminated, truncated, info = env.step(action)
+            rec["actions"].append(action.detach().float().cpu())
+            rec["rewards"].append(reward.detach().double().cpu())
+            for name, values in info.get("drawn", {}).items():
+                drawn.setdefault(name, []).append(values.cpu())
+            if "episode" in info:
+                final = info["final_obs"]
+                for i in info["episode"]["env_ids"].tolist():
+                    last_obs = {g: final[g][i].cpu().clone() for g in keep}
+                    ends.append((i, int(start[i]), t, bool(terminated[i]), last_obs))
+                    start[i] = t + 1
+                bar.update(min(len(info["episode"]["env_ids"]), max(episodes - bar.n, 0)))
+                if len(ends) >= episodes:
+                    break
+            obs = next_obs
+        else:
+            raise RuntimeError(f"only {len(ends)} of {episodes} episodes ended within {limit} control steps")
+    bar.close()
+    stacked = {k: torch.stack(v) for k, v in rec.items()}  # [T, N, ...]
+    stacked_drawn = {k: torch.stack(v) for k, v in drawn.items()}
+    out = []
+    for i, first, last, terminal, final_obs in ends[:episodes]:
+        steps = slice(first, last + 1)
+        length = last + 1 - first
+        flags = torch.zeros(length, dtype=torch.bool)
+        term, tout = flags.clone(), flags.clone()
+        (term if terminal else tout)[-1] = True
+        observations = {
+            g: torch.cat([stacked[f"obs/{g}"][steps, i], final_obs[g].unsqueeze(0)]) for g in keep
+        }
+        out.append(
+            {
+                "observations": observations,
+                "actions": stacked["actions"][steps, i],
+                "rewards": stacked["rewards"][steps, i],
+                "terminals": term,
+                "timeouts": tout,
+                "infos": {f"drawn/{k}": v[steps, i] for k, v in stacked_drawn.items()},
+            }
+        )
+    return out
+
+
+def uniform_policy(low: torch.Tensor, high: torch.Tensor, generator: torch.Generator) -> Act:
+    """Actions uniform in ``[low, high]`` (the ``random`` behaviour policy of D4RL-style datasets)."""
+
+    def act(obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        n = next(iter(obs.values())).shape[0]
+        u = torch.rand((n, low.numel()), generator=generator, dtype=torch.float64)
+        return (low + (high - low) * u).float()
+
+    return act
+
+
+def noisy_policy(act: Act, low: torch.Tensor, high: torch.Tensor, noise: float, generator: torch.Generator) -> Act:
+    """``act`` plus Gaussian noise of ``noise`` times the half action range, clipped to the bounds."""
+    half = (high - low) / 2.0
+
+    def noisy(obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        a = act(obs).double()
+        if noise > 0:
+            a = a + noise * half * torch.randn(a.shape, generator=generator, dtype=torch.float64)
+        return torch.minimum(torch.maximum(a, low), high).float()
+
+    return noisy
