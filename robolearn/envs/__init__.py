@@ -8,11 +8,20 @@ from typing import Any
 from robolearn.envs import mdp
 from robolearn.envs.batched_env import BatchedEnv
 from robolearn.envs.cfg import (
+    ActionDelayModel,
+    ActionDelayState,
     ActionTerm,
+    ActuatorModel,
+    ActuatorState,
     CommandTerm,
+    ControlJitterModel,
+    ControlJitterState,
     EventTerm,
     InitialState,
+    ModelState,
     NoiseCfg,
+    ObsDelayModel,
+    ObsDelayState,
     ObsGroup,
     ObsTerm,
     RewardTerm,
@@ -24,12 +33,21 @@ from robolearn.envs.gym_adapter import RobolearnGymEnv, RobolearnVectorEnv, gym_
 from robolearn.envs.registry import list_tasks, make, register, task_cfg
 
 __all__ = [
+    "ActionDelayModel",
+    "ActionDelayState",
     "ActionTerm",
+    "ActuatorModel",
+    "ActuatorState",
     "BatchedEnv",
     "CommandTerm",
+    "ControlJitterModel",
+    "ControlJitterState",
     "EventTerm",
     "InitialState",
+    "ModelState",
     "NoiseCfg",
+    "ObsDelayModel",
+    "ObsDelayState",
     "ObsGroup",
     "ObsTerm",
     "RewardTerm",

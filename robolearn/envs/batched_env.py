@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robolearn.envs.cfg import TaskCfg
+from robolearn.envs.cfg import ModelState, TaskCfg
 from robolearn.envs.managers import (
     ActionManager,
     CommandManager,
@@ -110,6 +110,7 @@ class BatchedEnv:
         # Every value drawn per world (randomised parameters, delays ...), [N, k] each: the
         # privileged group reads them (mdp.drawn) and info["drawn"] records them for datasets.
         self.drawn: dict[str, torch.Tensor] = {}
+        self._build_models()
 
         self.command_manager = CommandManager(self, cfg.commands)
         self.event_manager = EventManager(self, cfg.events)
@@ -117,7 +118,7 @@ class BatchedEnv:
         self.termination_manager = TerminationManager(self, cfg.terminations)
         self.event_manager.apply("startup", self.all_ids)
         self._reset_worlds(self.all_ids)
-        self.observation_manager = ObservationManager(self, cfg.observations)
+        self.observation_manager = ObservationManager(self, cfg.observations, self.obs_delays)
         self.obs_dims = dict(self.observation_manager.dims)
         self.obs_shapes = dict(self.observation_manager.shapes)
         self._obs: Obs | None = None
@@ -137,11 +138,14 @@ class BatchedEnv:
         action = self._check_action(action)
         self.prev_action = self.action
         self.action = action.to(torch.float64, copy=True)  # never alias (and later zero) the caller's tensor
-        ctrl = self.action_manager.process(self.action)
+        # env.action stays the policy's choice (action-rate terms, last-action observations); the
+        # delayed one only drives the actuators.
+        applied = self.action if self.action_delay is None else self.action_delay(self.action)
+        ctrl = self.action_manager.process(applied)
         self.prev_qpos.copy_(self.sim.qpos)
         for name, before in self.prev.items():
             before.copy_(self._field(name))
-        diverged = self.sim.step(ctrl)
+        diverged = self._step_substeps(ctrl) if self._substepped else self.sim.step(ctrl)
         self.episode_length += 1
         if self.event_manager.by_mode["interval"]:
             self.event_manager.step(self.dt)
@@ -211,6 +215,9 @@ class BatchedEnv:
             "history": {k: v.clone() for k, v in om._history.items()},
             "obs": {k: v.clone() for k, v in self.obs.items()},
             "num_diverged": self.num_diverged,
+            # Only with latency/actuator models, so plain checkpoints keep their layout.
+            **({"models": {k: m.state_dict() for k, m in self.model_states.items()}} if self.model_states else {}),
+            **({"prev_ctrl": self._prev_ctrl.clone()} if self._prev_ctrl is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -238,6 +245,15 @@ class BatchedEnv:
         self.observation_manager._history = {k: v.clone() for k, v in state["history"].items()}
         self._obs = {k: v.clone() for k, v in state["obs"].items()}
         self.num_diverged = int(state["num_diverged"])
+        saved = state.get("models", {})
+        if set(saved) != set(self.model_states):
+            raise ValueError(
+                f"env state: saved with latency/actuator models {sorted(saved)}, this env has {sorted(self.model_states)}"
+            )
+        for k, m in self.model_states.items():
+            m.load_state_dict(saved[k])
+        if self._prev_ctrl is not None:
+            self._prev_ctrl.copy_(state["prev_ctrl"])
 
     def policy_spec(self) -> dict[str, Any]:
         """JSON-ready description of observations, actions, rates and joints (``policy_spec.json``)."""
@@ -315,6 +331,74 @@ class BatchedEnv:
         self.prev_action[ids] = 0.0
         self.reward_manager.episode_sums[ids] = 0.0
         self.command_manager.reset(ids)
+        # Latency and actuator draws come last, so the draws above (and hence initial states) are
+        # those of the same task without these models.
+        for m in self.model_states.values():
+            m.reset(ids)
+        if self._prev_ctrl is not None:
+            self._prev_ctrl[ids] = self._default_ctrl
+
+    def _build_models(self) -> None:
+        """Per-env states of the latency and actuator models the config names (none: no cost).
+
+        Built before the first reset, which draws their per-world parameters, so those are in
+        ``env.drawn`` when the observation terms are first probed.
+        """
+        cfg = self.cfg
+        for where, model in (("action_delay", cfg.action_delay), ("control_jitter", cfg.control_jitter)):
+            if model is not None and not callable(getattr(model, "build", None)):
+                raise ValueError(f"{where}: expected a model with build(env), got {model!r}")
+        for gname, group in cfg.observations.items():
+            if group.delay is not None and not callable(getattr(group.delay, "build", None)):
+                raise ValueError(
+                    f"observations.{gname}.delay: expected a delay model with build(env, group), got {group.delay!r}"
+                )
+        am = self.action_manager
+        am.build_actuators(self)
+        self.action_delay = cfg.action_delay.build(self) if cfg.action_delay is not None else None
+        self.control_jitter = cfg.control_jitter.build(self) if cfg.control_jitter is not None else None
+        self.obs_delays = {g: grp.delay.build(self, g) for g, grp in cfg.observations.items() if grp.delay is not None}
+        self.model_states: dict[str, ModelState] = {f"actuator/{a.name}": a.state for a in am.actuated}  # type: ignore[misc]
+        if self.action_delay is not None:
+            self.model_states["action_delay"] = self.action_delay
+        if self.control_jitter is not None:
+            self.model_states["control_jitter"] = self.control_jitter
+        self.model_states.update({f"obs_delay/{g}": d for g, d in self.obs_delays.items()})
+        # Python in the physics loop only when a model needs it: per substep for actuator models,
+        # in segments of equal control for jitter alone.
+        self._substepped = self.control_jitter is not None or bool(am.actuated)
+        self._prev_ctrl: torch.Tensor | None = None
+        if self.control_jitter is not None:
+            # What a world holds before its first command arrives: the control of a zero action.
+            self._default_ctrl = am.process(torch.zeros(1, self.action_dim, dtype=torch.float64)).clone()
+            self._prev_ctrl = self._default_ctrl.expand(self.num_envs, -1).clone()
+
+    def _step_substeps(self, ctrl: torch.Tensor) -> torch.Tensor:
+        """Advance one control step with Python between physics substeps; return diverged worlds.
+
+        With control jitter, world ``i`` keeps the previous control for its first ``late[i]``
+        substeps; with actuator models, their efforts are recomputed before every substep.
+        """
+        am, sim, n = self.action_manager, self.sim, self.cfg.decimation
+        late = self.control_jitter.draw() if self.control_jitter is not None else None
+        prev = self._prev_ctrl
+        if late is not None:
+            self._prev_ctrl = ctrl.clone()  # ctrl may be the action manager's reused buffer
+        diverged: torch.Tensor | None = None
+        if late is not None and not am.actuated:
+            # Between two distinct values of `late` every world's control is fixed, so the physics
+            # runs in at most (distinct values + 1) calls, not one per substep.
+            cuts = sorted({0, n, *late.unique().tolist()})
+            segments = list(zip(cuts[:-1], cuts[1:], strict=True))
+        else:
+            segments = [(s, s + 1) for s in range(n)]
+        for start, stop in segments:
+            c = ctrl if late is None else torch.where((late > start).unsqueeze(1), prev, ctrl)  # type: ignore[arg-type]
+            if am.actuated:
+                c = am.actuate(c, sim.qpos, sim.qvel)
+            d = sim.step(c, nstep=stop - start)
+            diverged = d if diverged is None else diverged | d
+        return diverged  # type: ignore[return-value]
 
     def _field(self, name: str) -> torch.Tensor:
         """An ``MjData`` field of every world (``qpos``/``xpos`` ... or any declared data field)."""
@@ -379,4 +463,16 @@ class BatchedEnv:
             b = (rng[:, 1] - offset) / scale
         lo[limited] = np.minimum(a, b)[limited]
         hi[limited] = np.maximum(a, b)[limited]
+        for act in am.actuated:
+            # The action of a modelled term is a joint target, not a motor command: bound it by the
+            # joint's range (where the joint has one), mapped back through scale and offset.
+            cols = np.arange(am.dim)[am.term_slices[act.name]]
+            jnt = self.model.actuator_trnid[act.ctrl_ids.numpy(), 0]
+            jlim = self.model.jnt_limited[jnt].astype(bool)
+            jrng = self.model.jnt_range[jnt]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                a = (jrng[:, 0] - offset[cols]) / scale[cols]
+                b = (jrng[:, 1] - offset[cols]) / scale[cols]
+            lo[cols] = np.where(jlim, np.minimum(a, b), -np.inf)
+            hi[cols] = np.where(jlim, np.maximum(a, b), np.inf)
         return torch.from_numpy(lo), torch.from_numpy(hi)

@@ -10,9 +10,107 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from robolearn.envs.batched_env import BatchedEnv
 
 Func = Callable[..., Any]
+
+
+# -- latency and actuator models ---------------------------------------------------------------
+# The env knows only these small protocols; the concrete models (observation/action delay,
+# control-period jitter, PD and DC-motor actuators) live in robolearn.sim2real.randomization, so
+# envs stay free of sim2real imports. A model in a config is a stateless description: ``build``
+# gives each env its own state object (buffers, per-world draws), which the env resets, steps and
+# checkpoints. The same config can therefore build any number of envs.
+
+
+class ModelState(Protocol):
+    """Per-env state of a latency or actuator model: redrawn per world at reset, checkpointed."""
+
+    def reset(self, env_ids: torch.Tensor) -> None:
+        """Worlds ``env_ids`` start an episode: redraw their parameters, clear their buffers."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Buffers and draws a resumed run needs to continue exactly."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        ...
+
+
+class ObsDelayState(ModelState, Protocol):
+    """Delays one observation group's frames."""
+
+    def __call__(self, frame: torch.Tensor, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The frame delivered this step given the freshly measured ``frame`` ``[N, ...]``; with
+        ``env_ids`` (worlds just reset, ``frame`` holds only their rows) their buffers restart
+        filled with ``frame``, which is delivered as it is.
+        """
+        ...
+
+
+class ObsDelayModel(Protocol):
+    """Config of an observation delay (``ObsGroup.delay``)."""
+
+    def build(self, env: BatchedEnv, group: str) -> ObsDelayState:
+        """The delay state of ``group`` in ``env``."""
+        ...
+
+
+class ActionDelayState(ModelState, Protocol):
+    """Delays the policy's actions by whole control steps."""
+
+    def __call__(self, action: torch.Tensor) -> torch.Tensor:
+        """The action ``[N, A]`` applied this step, given the one the policy chose now."""
+        ...
+
+
+class ActionDelayModel(Protocol):
+    """Config of an action delay (``TaskCfg.action_delay``)."""
+
+    def build(self, env: BatchedEnv) -> ActionDelayState:
+        """The delay state of ``env``."""
+        ...
+
+
+class ControlJitterState(ModelState, Protocol):
+    """Draws, per control step and world, how many physics substeps the new control comes late."""
+
+    def draw(self) -> torch.Tensor:
+        """Late substeps ``[N]`` (int64, each in ``[0, decimation]``) for this control step."""
+        ...
+
+
+class ControlJitterModel(Protocol):
+    """Config of control-period jitter (``TaskCfg.control_jitter``)."""
+
+    def build(self, env: BatchedEnv) -> ControlJitterState:
+        """The jitter state of ``env``."""
+        ...
+
+
+class ActuatorState(ModelState, Protocol):
+    """An actuator model evaluated in Python once per physics substep."""
+
+    def __call__(self, target: torch.Tensor, q: torch.Tensor, qd: torch.Tensor) -> torch.Tensor:
+        """Joint efforts ``[N, n]`` from the commanded targets and the joints' positions and
+        velocities (all ``[N, n]`` float64), called once per physics substep.
+        """
+        ...
+
+
+class ActuatorModel(Protocol):
+    """Config of an actuator model (``ActionTerm.actuator``)."""
+
+    def build(self, env: BatchedEnv, term: str, num_joints: int) -> ActuatorState:
+        """The actuator state of action term ``term``, which drives ``num_joints`` joints."""
+        ...
 
 
 @dataclass
@@ -60,6 +158,11 @@ class ObsGroup:
     allow_privileged: bool = False
     """Let privileged terms into a deployable group: an explicit, reviewed exception (the robot
     will have to measure those quantities)."""
+    delay: ObsDelayModel | None = None
+    """Deliver the group's frames late (e.g. ``robolearn.sim2real.randomization.latency.
+    ObservationDelay``): applied after noise, clip and scale and before history stacking, so the
+    history holds the frames as delivered. The default critic group (``policy`` plus
+    ``privileged``) is built undelayed. ``None``: no delay and no per-step cost."""
 
 
 @dataclass
@@ -85,6 +188,12 @@ class ActionTerm:
     """Position gain of ``joint_pos`` servos; ``None`` keeps the MJCF actuator as it is."""
     kd: float | Sequence[float] | None = None
     """Damping gain of ``joint_pos``/``joint_vel`` servos."""
+    actuator: ActuatorModel | None = None
+    """An actuator model run in Python at every physics substep (``IdealPD``, ``DCMotor``,
+    ``DelayedPD`` of ``robolearn.sim2real.randomization.actuators``). Needs ``kind="torque"`` on
+    motor actuators with a joint transmission; ``offset + scale * clip(action)`` is then the
+    model's target and the model's effort, divided by the motor's gear and gain, becomes ``ctrl``
+    (MuJoCo's ``ctrlrange``/``forcerange`` still clamp it: the motor's hardware limit)."""
 
 
 @dataclass
@@ -175,6 +284,13 @@ class TaskCfg:
     """Observation groups by name (``policy``, ``critic``, ``privileged``, ``history``, ``image``)."""
     actions: dict[str, ActionTerm] = field(default_factory=lambda: {"torque": ActionTerm()})
     """Action terms, concatenated in order into the action vector."""
+    action_delay: ActionDelayModel | None = None
+    """Apply the action the policy chose some control steps earlier (e.g. ``robolearn.sim2real.
+    randomization.latency.ActionDelay``); ``env.action`` stays the policy's own choice."""
+    control_jitter: ControlJitterModel | None = None
+    """Let each control step's new control take effect a drawn number of physics substeps late,
+    the previous one held meanwhile (e.g. ``robolearn.sim2real.randomization.latency.
+    ControlJitter``); the physics then runs in segments or per substep instead of one call."""
     rewards: dict[str, RewardTerm] = field(default_factory=dict)
     """Reward terms by name, each logged."""
     terminations: dict[str, TerminationTerm] = field(default_factory=dict)

@@ -16,8 +16,10 @@ import torch
 
 from robolearn.envs.cfg import (
     ActionTerm,
+    ActuatorState,
     CommandTerm,
     EventTerm,
+    ObsDelayState,
     ObsGroup,
     ObsTerm,
     RewardTerm,
@@ -37,6 +39,22 @@ def _vector(value: Any, n: int, name: str) -> torch.Tensor:
     if t.numel() != n:
         raise ValueError(f"{name}: expected a scalar or {n} values, got {t.numel()}")
     return t
+
+
+@dataclass
+class _Actuated:
+    """An action term whose joint efforts an actuator model computes in Python."""
+
+    name: str
+    ctrl_ids: torch.Tensor
+    """Its actuators' columns of ``ctrl``."""
+    qpos_ids: torch.Tensor | slice
+    """Its joints' ``qpos`` addresses (a slice when contiguous: a view instead of a gather)."""
+    dof_ids: torch.Tensor | slice
+    """Its joints' ``qvel`` addresses (a slice when contiguous)."""
+    gain: torch.Tensor
+    """``gear * gain`` per motor: joint effort per unit of ``ctrl``."""
+    state: ActuatorState | None = None
 
 
 @dataclass
@@ -89,8 +107,15 @@ class ObservationManager:
     ``[N, H, W, C]``) keeps that shape instead of being flattened.
     """
 
-    def __init__(self, env: BatchedEnv, groups: dict[str, ObsGroup]) -> None:
-        """Probe each term once to learn its width and resolve the noise/clip/scale hooks."""
+    def __init__(
+        self, env: BatchedEnv, groups: dict[str, ObsGroup], delays: dict[str, ObsDelayState] | None = None
+    ) -> None:
+        """Probe each term once to learn its width and resolve the noise/clip/scale hooks.
+
+        ``delays`` holds the state of each delayed group (built from ``ObsGroup.delay`` by the
+        env before its first reset, so the lags are drawn and recorded before any term probes
+        ``env.drawn``).
+        """
         for name in groups:
             if name not in OBS_GROUPS:
                 raise ValueError(f"observations: unknown group {name!r}; expected one of {', '.join(OBS_GROUPS)}")
@@ -98,6 +123,16 @@ class ObservationManager:
         groups = default_critic(groups)
         self.env = env
         self.groups = groups
+        self.delays = dict(delays or {})
+        for gname, group in groups.items():
+            if group.delay is not None and gname not in self.delays:
+                # Built here only when the manager is used on its own; the env builds them earlier.
+                if not callable(getattr(group.delay, "build", None)):
+                    raise ValueError(
+                        f"observations.{gname}.delay: expected a delay model with build(env, group), got {group.delay!r}"
+                    )
+                self.delays[gname] = group.delay.build(env, gname)
+                self.delays[gname].reset(env.all_ids)
         self._slots: dict[str, list[_ObsSlot]] = {}
         self._flat: dict[str, bool] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
@@ -163,6 +198,9 @@ class ObservationManager:
                 parts.append(value)
             # torch.cat copies even a single part: an observation never aliases live physics state.
             frame = torch.cat(parts, dim=1).to(env.dtype) if self._flat[gname] else parts[0].to(env.dtype, copy=True)
+            if group.delay is not None:
+                # Before the history: a robot stacks the frames as they reached it.
+                frame = self.delays[gname](frame, env_ids)
             if group.history_length > 1:
                 frame = self._push_history(gname, frame, group.history_length, env_ids)
             out[gname] = frame
@@ -226,6 +264,34 @@ class ActionManager:
         self.trivial_scale = bool((self.scale == 1).all() and (self.offset == 0).all())
         self.clipped = bool(torch.isfinite(self.low).any() or torch.isfinite(self.high).any())
         self._ctrl: torch.Tensor | None = None
+        self.actuated = [_actuated(model, name, term) for name, term in terms.items() if term.actuator is not None]
+        """Terms with an actuator model; their states are built by :meth:`build_actuators`."""
+        # One modelled term on every actuator in model order: its efforts are the whole ctrl.
+        self._actuates_all = len(self.actuated) == 1 and self.actuated[0].ctrl_ids.tolist() == list(range(self.nu))
+
+    def build_actuators(self, env: BatchedEnv) -> None:
+        """Build each actuator model's per-env state (before the env's first reset draws gains)."""
+        for act in self.actuated:
+            model = self.terms[act.name].actuator
+            act.state = model.build(env, act.name, int(act.ctrl_ids.numel()))  # type: ignore[union-attr]
+
+    def reset_actuators(self, env_ids: torch.Tensor) -> None:
+        """Worlds ``env_ids`` start an episode: the actuator models redraw their parameters."""
+        for act in self.actuated:
+            act.state.reset(env_ids)  # type: ignore[union-attr]
+
+    def actuate(self, ctrl: torch.Tensor, qpos: torch.Tensor, qvel: torch.Tensor) -> torch.Tensor:
+        """``ctrl`` for one physics substep: columns of modelled terms hold targets in ``ctrl`` and
+        the model's efforts (as motor commands) in the result; the other columns pass through.
+        """
+        if self._actuates_all:
+            act = self.actuated[0]
+            return act.state(ctrl, qpos[:, act.qpos_ids], qvel[:, act.dof_ids]) / act.gain  # type: ignore[misc]
+        out = ctrl.clone()  # ctrl may be the caller's targets (or the action itself): never overwrite
+        for act in self.actuated:
+            effort = act.state(ctrl[:, act.ctrl_ids], qpos[:, act.qpos_ids], qvel[:, act.dof_ids])  # type: ignore[misc]
+            out[:, act.ctrl_ids] = effort / act.gain
+        return out
 
     def process(self, action: torch.Tensor) -> torch.Tensor:
         """Controls ``[N, nu]`` float64 from actions ``[N, A]``."""
@@ -247,7 +313,13 @@ class ActionManager:
         for name, term in terms.items():
             if term.kind == "torque" or (term.kp is None and term.kd is None):
                 continue
-            acts = [a for a in spec.actuators if term.actuators is None or a.name in term.actuators]
+            if term.actuators is None:
+                acts = list(spec.actuators)
+            else:
+                # In the term's order, which is the order its kp/kd vectors are given in; an unknown
+                # name is reported (with the model's names) when the action manager resolves them.
+                by_name = {a.name: a for a in spec.actuators}
+                acts = [by_name[a] for a in term.actuators if a in by_name]
             kp = _vector(term.kp if term.kp is not None else 0.0, len(acts), f"actions.{name}.kp")
             kd = _vector(term.kd if term.kd is not None else 0.0, len(acts), f"actions.{name}.kd")
             for k, act in enumerate(acts):
@@ -258,6 +330,49 @@ class ActionManager:
                 bias_q = -float(kp[k]) if term.kind == "joint_pos" else 0.0
                 act.biasprm[:3] = [0.0, bias_q, -float(kd[k])]
                 act.gear[0] = 1.0
+
+
+def _index(ids: np.ndarray) -> torch.Tensor | slice:
+    """Column indices as a slice when they are consecutive and ascending, else as a tensor."""
+    if ids.size and (np.diff(ids) == 1).all():
+        return slice(int(ids[0]), int(ids[-1]) + 1)
+    return torch.as_tensor(ids, dtype=torch.long)
+
+
+def _actuated(model: mujoco.MjModel, name: str, term: ActionTerm) -> _Actuated:
+    """Check that term ``name`` can carry an actuator model and resolve its joints."""
+    where = f"actions.{name}.actuator"
+    if not callable(getattr(term.actuator, "build", None)):
+        raise ValueError(f"{where}: expected an actuator model with build(env, term, num_joints), got {term.actuator!r}")
+    if term.kind != "torque":
+        raise ValueError(f"{where}: an actuator model needs kind='torque' (it computes the efforts), got {term.kind!r}")
+    if term.kp is not None or term.kd is not None:
+        raise ValueError(f"{where}: the gains belong to the actuator model; leave actions.{name}.kp/kd as None")
+    ids = _actuator_ids(model, term, name)
+    joint_types = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+    for i in ids:
+        act = model.actuator(i)
+        is_motor = (
+            int(model.actuator_gaintype[i]) == int(mujoco.mjtGain.mjGAIN_FIXED)
+            and int(model.actuator_biastype[i]) == int(mujoco.mjtBias.mjBIAS_NONE)
+            and int(model.actuator_dyntype[i]) == int(mujoco.mjtDyn.mjDYN_NONE)
+        )
+        on_joint = int(model.actuator_trntype[i]) == int(mujoco.mjtTrn.mjTRN_JOINT)
+        if not (is_motor and on_joint and int(model.jnt_type[model.actuator_trnid[i, 0]]) in joint_types):
+            raise ValueError(
+                f"{where}: actuator {act.name!r} must be a motor (fixed gain, no bias, no dynamics) on a hinge or "
+                "slide joint; the model computes the effort that the motor then applies"
+            )
+        if model.actuator_gear[i, 0] * model.actuator_gainprm[i, 0] == 0:
+            raise ValueError(f"{where}: actuator {act.name!r} has zero gear or gain")
+    jnt = model.actuator_trnid[ids, 0]
+    return _Actuated(
+        name=name,
+        ctrl_ids=torch.as_tensor(ids, dtype=torch.long),
+        qpos_ids=_index(model.jnt_qposadr[jnt]),
+        dof_ids=_index(model.jnt_dofadr[jnt]),
+        gain=torch.as_tensor(model.actuator_gear[ids, 0] * model.actuator_gainprm[ids, 0], dtype=torch.float64),
+    )
 
 
 def _actuator_ids(model: mujoco.MjModel, term: ActionTerm, name: str) -> list[int]:
