@@ -6,6 +6,7 @@ manifest the deploy runtime enforces (DESIGN.md, "Exported policy"). It is plain
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import mujoco
@@ -29,6 +30,14 @@ def _jsonable(value: Any) -> Any:
         v = float(arr)
         return v if np.isfinite(v) else ("inf" if v > 0 else "-inf")
     return [_jsonable(v) for v in arr.tolist()]
+
+
+def _model(model: Any) -> dict[str, Any] | None:
+    """A latency or actuator model (a dataclass) as ``{"type": name, <fields>}``; ``None`` stays."""
+    if model is None:
+        return None
+    fields = dataclasses.asdict(model) if dataclasses.is_dataclass(model) else dict(vars(model))
+    return {"type": type(model).__name__, **{k: _jsonable(v) for k, v in fields.items()}}
 
 
 def policy_spec(env: BatchedEnv) -> dict[str, Any]:
@@ -59,6 +68,8 @@ def policy_spec(env: BatchedEnv) -> dict[str, Any]:
             "history_length": group.history_length,
             "frame_dim": start,
             "terms": terms,
+            # What the policy was trained to tolerate: the deploy runtime can compare its latency.
+            "delay": _model(group.delay),
         }
     actions = []
     for name, term in am.terms.items():
@@ -84,6 +95,7 @@ def policy_spec(env: BatchedEnv) -> dict[str, Any]:
                 "high": _jsonable(env.ctrl_high[sl].numpy()),
                 "kp": _jsonable(term.kp),
                 "kd": _jsonable(term.kd),
+                "actuator": _model(term.actuator),
             }
         )
     return {
@@ -99,5 +111,7 @@ def policy_spec(env: BatchedEnv) -> dict[str, Any]:
         "action_dim": env.action_dim,
         "actions": actions,
         "joint_order": [j for a in actions for j in a["joints"]],
+        "action_delay": _model(env.cfg.action_delay),
+        "control_jitter": _model(env.cfg.control_jitter),
         "qpos_joints": [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(model.njnt)],
     }

@@ -6,6 +6,7 @@ A return of 1000 is the maximum of every task here, so "solved" means the same o
 from robolearn.envs.registry import register
 
 from .cartpole import cartpole_balance_cfg, cartpole_swingup_cfg
+from .cartpole_dr import cartpole_balance_dr_cfg
 from .pendulum import pendulum_swingup_cfg
 
 register(
@@ -22,4 +23,9 @@ register(
     "Pendulum-Swingup",
     pendulum_swingup_cfg,
     "DMC pendulum-swingup: pump a torque-limited pendulum up and hold it; sparse reward, 1000 steps",
+)
+register(
+    "Cartpole-Balance-DR",
+    cartpole_balance_dr_cfg,
+    "Cartpole-Balance randomised for sim2real: masses, damping, motor, pushes, sensor noise and latency",
 )
