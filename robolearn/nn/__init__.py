@@ -2,6 +2,7 @@
 
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, VmapEnsemble, make_target, soft_update_
+from robolearn.nn.hlgauss import HLGauss, hl_gauss_probs
 from robolearn.nn.mlp import ACTIVATIONS, MLP
 from robolearn.nn.normalizer import EmpiricalNormalizer
 
@@ -10,8 +11,10 @@ __all__ = [
     "MLP",
     "CriticEnsemble",
     "EmpiricalNormalizer",
+    "HLGauss",
     "TanhGaussianActor",
     "VmapEnsemble",
+    "hl_gauss_probs",
     "make_target",
     "soft_update_",
 ]

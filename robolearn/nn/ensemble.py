@@ -108,25 +108,38 @@ class CriticEnsemble(VmapEnsemble):
         hidden: Sequence[int] = (256, 256),
         layer_norm: bool = False,
         activation: str = "relu",
+        num_outputs: int = 1,
     ) -> None:
-        """Build ``num_critics`` independently initialised ``MLP(obs_dim + action_dim -> 1)`` members."""
+        """Build ``num_critics`` independently initialised ``MLP(obs_dim + action_dim -> num_outputs)`` members.
+
+        ``num_outputs > 1`` makes each member emit a vector (e.g. HL-Gauss logits over value bins);
+        the default of 1 gives scalar Q-values.
+        """
         if num_critics < 1:
             raise ValueError(f"num_critics: expected >= 1, got {num_critics}")
-        members = [MLP(obs_dim + action_dim, 1, hidden, activation, layer_norm) for _ in range(num_critics)]
+        if num_outputs < 1:
+            raise ValueError(f"num_outputs: expected >= 1, got {num_outputs}")
+        members = [
+            MLP(obs_dim + action_dim, num_outputs, hidden, activation, layer_norm) for _ in range(num_critics)
+        ]
         super().__init__(members)
-        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.obs_dim, self.action_dim, self.num_outputs = obs_dim, action_dim, num_outputs
+
+    def _out(self, y: torch.Tensor) -> torch.Tensor:
+        # Scalar critics drop the trailing 1; multi-output critics keep ``[..., num_outputs]``.
+        return y.squeeze(-1) if self.num_outputs == 1 else y
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False) -> torch.Tensor:  # type: ignore[override]
-        """Q-values of every critic, ``[E, B]``."""
+        """Q-values of every critic, ``[E, B]`` (``[E, B, num_outputs]`` for a multi-output critic)."""
         x = torch.cat([obs, action], dim=-1)
-        return super().forward(x, detach_params=detach_params).squeeze(-1)
+        return self._out(super().forward(x, detach_params=detach_params))
 
     def forward_subset(  # type: ignore[override]
         self, index: torch.Tensor, obs: torch.Tensor, action: torch.Tensor, detach_params: bool = False
     ) -> torch.Tensor:
         """Q-values of critics ``index[M]`` only, ``[M, B]`` (REDQ's random target subset)."""
         x = torch.cat([obs, action], dim=-1)
-        return super().forward_subset(index, x, detach_params=detach_params).squeeze(-1)
+        return self._out(super().forward_subset(index, x, detach_params=detach_params))
 
 
 def soft_update_(target: nn.Module, source: nn.Module, tau: float) -> None:

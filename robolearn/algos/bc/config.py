@@ -1,0 +1,31 @@
+"""Behaviour cloning configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class BCConfig:
+    """Deterministic behaviour cloning; defaults follow CORL's ``any_percent_bc.py``."""
+
+    batch_size: int = 256
+    """Transitions per gradient step (CORL: 256)."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor (CORL: 3e-4)."""
+    actor_hidden: tuple[int, ...] = (256, 256)
+    """Actor hidden layer widths (CORL: two layers of 256)."""
+    activation: str = "relu"
+    """Hidden activation (a key of ``robolearn.nn.ACTIVATIONS``; CORL: ReLU)."""
+    layer_norm: bool = False
+    """LayerNorm after each hidden layer."""
+    actor_obs_group: str = "policy"
+    """Observation group the actor reads."""
+
+    def __post_init__(self) -> None:
+        """Validate ranges; a bad value names the field."""
+        if int(self.batch_size) < 1:
+            raise ValueError(f"batch_size: expected an integer >= 1, got {self.batch_size}")
+        if self.actor_lr <= 0.0:
+            raise ValueError(f"actor_lr: expected > 0, got {self.actor_lr}")
+        self.actor_hidden = tuple(self.actor_hidden)
