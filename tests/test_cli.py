@@ -192,7 +192,8 @@ def test_sim2sim_gate_prints_the_table_writes_the_report_and_sets_the_status(ppo
 def test_help_lists_the_choices(capsys):
     assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "algo: ppo, sac" in out and "experiment: cartpole_ppo" in out and "Cartpole-Balance" in out
+    assert "algo: bc, calql, cql, iql, ppo, sac, td3bc" in out and "experiment: cartpole_ppo" in out
+    assert "Cartpole-Balance" in out
 
 
 def test_to_dataclass_converts_and_rejects():
@@ -210,7 +211,10 @@ def test_to_dataclass_converts_and_rejects():
     ("yaml_name", "config_cls"),
     [("algo/ppo.yaml", "robolearn.algos.ppo.config:PPOConfig"), ("algo/sac.yaml", "robolearn.algos.sac.config:SACConfig"),
      ("runner/default.yaml", "robolearn.runners.base:RunnerConfig"),
-     ("sim2sim.yaml", "robolearn.cli.config:Sim2SimConfig")],
+     ("sim2sim.yaml", "robolearn.cli.config:Sim2SimConfig"), ("collect.yaml", "robolearn.cli.config:CollectConfig"),
+     ("algo/bc.yaml", "robolearn.algos.bc.config:BCConfig"), ("algo/td3bc.yaml", "robolearn.algos.td3bc.config:TD3BCConfig"),
+     ("algo/iql.yaml", "robolearn.algos.iql.config:IQLConfig"), ("algo/cql.yaml", "robolearn.algos.cql.config:CQLConfig"),
+     ("algo/calql.yaml", "robolearn.algos.cql.config:CalQLConfig")],
 )
 def test_config_yaml_lists_every_dataclass_field(yaml_name, config_cls):
     import dataclasses

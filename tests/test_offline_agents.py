@@ -224,6 +224,9 @@ def test_cql_checkpoint_resumes_in_sac(calibrated, normalised):
         assert torch.equal(sac.target_critic.params["0__weight"], agent.target_critic.params["0__weight"])
     assert torch.equal(sac.log_alpha, agent.log_alpha.detach())
     assert sac.num_updates == agent.num_updates == 2
+    # Online fine-tuning runs at SAC's own learning rates, not the offline checkpoint's.
+    assert sac.actor_optimizer.param_groups[0]["lr"] == sac.cfg.actor_lr != cfg.actor_lr
+    assert sac.alpha_optimizer.param_groups[0]["lr"] == sac.cfg.alpha_lr
     out = sac.update_step(_batch(seed=9))  # and online training goes on from there
     assert all(bool(torch.isfinite(v)) for v in out.values())
 

@@ -17,7 +17,20 @@ import torch
 from torch import nn
 
 import robolearn
-from robolearn.algos import PPO, SAC, PPOConfig
+from robolearn.algos import (
+    BC,
+    CQL,
+    IQL,
+    PPO,
+    SAC,
+    TD3BC,
+    BCConfig,
+    CQLConfig,
+    IQLConfig,
+    PPOConfig,
+    SACConfig,
+    TD3BCConfig,
+)
 from robolearn.cli.config import ConfigError, TrainConfig, train_config_from_dict
 from robolearn.envs import BatchedEnv
 from robolearn.runners import CheckpointManager, OnPolicyRunner, load_checkpoint
@@ -50,13 +63,24 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, device: str | None = N
     )
 
 
-def build_agent(cfg: TrainConfig, env: BatchedEnv, device: str | None = None) -> PPO | SAC:
+AGENTS: dict[type, type] = {
+    SACConfig: SAC,
+    BCConfig: BC,
+    TD3BCConfig: TD3BC,
+    IQLConfig: IQL,
+    CQLConfig: CQL,
+}
+"""The agent class of each off-policy and offline config (Cal-QL is CQL's calibrated variant)."""
+
+
+def build_agent(cfg: TrainConfig, env: BatchedEnv, device: str | None = None) -> Any:
     """A freshly initialised agent of the run's algorithm for ``env``'s spaces (seeded by ``cfg.seed``)."""
     device = device or cfg.device
     torch.manual_seed(cfg.seed)  # network init
     if isinstance(cfg.algo, PPOConfig):
         return PPO(env.obs_dims, env.action_dim, cfg.algo, device=device)
-    return SAC(
+    cls = next(agent for config, agent in AGENTS.items() if isinstance(cfg.algo, config))
+    return cls(
         env.obs_dims,
         env.action_dim,
         cfg.algo,
@@ -67,8 +91,48 @@ def build_agent(cfg: TrainConfig, env: BatchedEnv, device: str | None = None) ->
     )
 
 
+def load_dataset(cfg: TrainConfig, env: BatchedEnv) -> Any:
+    """The run's dataset on its device, checked against ``env``'s task (dimensions, task id).
+
+    ``minari:<id>`` reads a local Minari dataset; a file with a D4RL layout (``observations`` at the
+    top) goes through the D4RL reader, anything else through the robolearn reader.
+    """
+    import h5py
+
+    from robolearn.data import DatasetError, read_d4rl, read_minari, read_robolearn
+
+    path = str(cfg.dataset)
+    expect = {"expect_obs_dim": env.obs_dims["policy"], "expect_action_dim": env.action_dim}
+    try:
+        if path.startswith("minari:"):
+            return read_minari(path[len("minari:") :], device=cfg.device, **expect)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"dataset: {path} does not exist")
+        with h5py.File(path, "r") as fh:
+            d4rl = "observations" in fh and isinstance(fh["observations"], h5py.Dataset)
+        if d4rl:
+            return read_d4rl(path, device=cfg.device, **expect)
+        return read_robolearn(path, device=cfg.device, task_id=cfg.task, **expect)
+    except DatasetError as exc:
+        raise ConfigError(f"dataset: {exc}") from exc
+
+
+def offline_reference(cfg: TrainConfig, dataset: Any) -> Any:
+    """Reference returns for normalised scores: the dataset's own, else D4RL's for its task family."""
+    from robolearn.data import d4rl_reference_returns
+    from robolearn.runners.offline import ReferenceReturns
+
+    meta = dataset.metadata
+    if meta.ref_random_return is not None and meta.ref_expert_return is not None:
+        return ReferenceReturns(meta.ref_random_return, meta.ref_expert_return)
+    try:
+        return ReferenceReturns(*d4rl_reference_returns(cfg.task))
+    except KeyError:
+        return None
+
+
 def runner_class(cfg: TrainConfig) -> type:
-    """The loop that trains ``cfg.algo``: on-policy for PPO, off-policy for SAC."""
+    """The loop that trains an online ``cfg.algo``: on-policy for PPO, off-policy for SAC."""
     if isinstance(cfg.algo, PPOConfig):
         return OnPolicyRunner
     try:
@@ -98,19 +162,39 @@ class _SquashedMean(nn.Module):
         return self.actor.act_deterministic(obs)
 
 
-def policy_module(agent: PPO | SAC) -> nn.Module:
+class _Normalized(nn.Module):
+    """``obs -> policy((obs - mean) / std)``: an offline learner's fixed dataset statistics folded in."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, policy: nn.Module) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.detach().clone())
+        self.register_buffer("std", std.detach().clone())
+        self.policy = policy
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy's action for raw observations."""
+        return self.policy((obs - self.mean) / self.std)
+
+
+def policy_module(agent: Any) -> nn.Module:
     """The deterministic ``obs[B, D] -> action[B, A]`` module (normalisation included), a CPU copy in eval mode."""
     if isinstance(agent, PPO):
         module: nn.Module = nn.Sequential(agent.actor_normalizer, agent.actor)
-    else:
+    elif hasattr(agent.actor, "act_deterministic"):
         module = _SquashedMean(agent.actor)
+    else:  # BC, TD3+BC and IQL's deterministic actor: the network is the policy
+        module = agent.actor
+    stats = getattr(getattr(agent, "obs_norm", None), "stats", {})
+    if agent.actor_group in stats:
+        mean, std = stats[agent.actor_group]
+        module = _Normalized(mean, std, module)
     return copy.deepcopy(module).cpu().eval()
 
 
 class LoadedPolicy:
     """A trained run's deterministic policy: :meth:`act` on observation dicts, plus its spec and config."""
 
-    def __init__(self, agent: PPO | SAC, cfg: TrainConfig, spec: dict[str, Any], checkpoint: Path) -> None:
+    def __init__(self, agent: Any, cfg: TrainConfig, spec: dict[str, Any], checkpoint: Path) -> None:
         self.agent = agent
         """The rebuilt agent with the checkpoint's weights."""
         self.cfg = cfg

@@ -142,7 +142,7 @@ def train_job(overrides: list[str], job_name: str = "") -> list[Any]:
         composed["run_dir"] = str(Path(str(composed["run_dir"])) / job_name)
     cfg = train_config_from_dict(composed)
     summary = train(cfg)
-    return [cfg.run_dir, summary.get("final_eval_return", math.nan), summary.get("env_steps", 0)]
+    return [cfg.run_dir, summary.get("final_eval_return", math.nan), summary.get("env_steps", summary.get("grad_steps", 0))]
 
 
 def _resumed_config(resume: str, overrides: Sequence[str]) -> dict[str, Any]:
@@ -168,6 +168,8 @@ def _resumed_config(resume: str, overrides: Sequence[str]) -> dict[str, Any]:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Build envs, agent and runner from ``cfg``, train (or resume), print and return the summary."""
+    if cfg.offline:
+        return train_offline(cfg)
     try:
         env = build_env(cfg, cfg.num_envs, cfg.seed)
     except ValueError as exc:  # an unknown task or task override: the registry names the choices
@@ -187,6 +189,48 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         f"done: {summary['env_steps']} env steps in {summary['wall_time_s']:.1f} s, "
         f"final eval return {summary['final_eval_return']:.1f}, best {summary['best_eval_return']:.1f} "
         f"({cfg.run_dir})"
+    )
+    return summary
+
+
+def train_offline(cfg: TrainConfig) -> dict[str, Any]:
+    """Offline learning: the dataset checked against the task, gradient steps, evaluation in simulation."""
+    from robolearn.cli.build import load_dataset, offline_reference
+    from robolearn.runners.offline import OfflineRunner
+
+    try:
+        eval_env = build_env(cfg, max(cfg.eval_num_envs, 1), cfg.seed + EVAL_SEED_OFFSET)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    try:
+        dataset = load_dataset(cfg, eval_env)
+        agent = build_agent(cfg, eval_env)
+        if cfg.normalize_obs:
+            groups = {g: v for g, v in dataset.observations.items() if g in eval_env.obs_dims}
+            mean = {g: v.double().mean(0).float() for g, v in groups.items()}
+            std = {g: v.double().std(0).float().clamp_min(1e-3) for g, v in groups.items()}
+            agent.set_obs_normalization(mean, std)
+        runner = OfflineRunner(
+            dataset,
+            agent,
+            cfg.runner,
+            cfg.run_dir,
+            eval_env=eval_env,
+            total_grad_steps=cfg.total_grad_steps,
+            batch_size=cfg.algo.batch_size,
+            seed=cfg.seed,
+            gamma=getattr(cfg.algo, "gamma", 0.99),
+            reference=offline_reference(cfg, dataset),
+            config=train_config_to_dict(cfg),
+        )
+        print(f"{'resuming' if cfg.resume else 'training'} {cfg.algo_name} on {cfg.dataset} ({len(dataset)} transitions) in {cfg.run_dir}")
+        summary = runner.learn(resume=cfg.resume is not None)
+    finally:
+        eval_env.close()
+    score = summary.get("normalized_score")
+    print(
+        f"done: {summary['grad_steps']} gradient steps in {summary['wall_time_s']:.1f} s, final eval return "
+        f"{summary['final_eval_return']:.1f}" + (f" (normalized score {score:.1f})" if score is not None else "") + f" ({cfg.run_dir})"
     )
     return summary
 

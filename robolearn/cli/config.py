@@ -18,14 +18,30 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from robolearn.algos.bc.config import BCConfig
+from robolearn.algos.cql.config import CalQLConfig, CQLConfig
+from robolearn.algos.iql.config import IQLConfig
 from robolearn.algos.ppo.config import PPOConfig
 from robolearn.algos.sac.config import SACConfig
+from robolearn.algos.td3bc.config import TD3BCConfig
 from robolearn.runners import RunnerConfig
 
 T = TypeVar("T")
 
-ALGOS: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig}
+ALGOS: dict[str, type] = {
+    "ppo": PPOConfig,
+    "sac": SACConfig,
+    "bc": BCConfig,
+    "td3bc": TD3BCConfig,
+    "iql": IQLConfig,
+    "cql": CQLConfig,
+    "calql": CalQLConfig,
+}
 """Algorithm names (``algo=<name>``) and their config dataclasses."""
+OFFLINE_ALGOS: frozenset[str] = frozenset({"bc", "td3bc", "iql", "cql", "calql"})
+"""Algorithms that learn from a dataset (``dataset=<file>``, ``total_grad_steps=N``)."""
+AlgoConfig = PPOConfig | SACConfig | BCConfig | TD3BCConfig | IQLConfig | CQLConfig | CalQLConfig
+"""Any algorithm's config."""
 
 INJECTED: dict[str, dict[str, str]] = {
     "algo": {"seed": "seed"},
@@ -44,7 +60,7 @@ class TrainConfig:
 
     task: str
     """Registered task id."""
-    algo: PPOConfig | SACConfig
+    algo: AlgoConfig
     """The algorithm's config; its type says which algorithm."""
     runner: RunnerConfig
     """The training loop's config."""
@@ -66,11 +82,22 @@ class TrainConfig:
     """Where the run is written."""
     resume: str | None = None
     """A run directory to continue from its latest checkpoint."""
+    dataset: str | None = None
+    """Offline algorithms: the dataset file (robolearn or D4RL HDF5) or ``minari:<dataset id>``."""
+    total_grad_steps: int = 1_000_000
+    """Offline algorithms: gradient steps of the run."""
+    normalize_obs: bool = True
+    """Offline algorithms: normalise observations with the dataset's mean and std (as CORL)."""
 
     @property
     def algo_name(self) -> str:
-        """Key of :data:`ALGOS` that names :attr:`algo`'s type."""
-        return next(name for name, cls in ALGOS.items() if isinstance(self.algo, cls))
+        """Key of :data:`ALGOS` that names :attr:`algo`'s type (the most derived match)."""
+        return next(name for name, cls in ALGOS.items() if type(self.algo) is cls)
+
+    @property
+    def offline(self) -> bool:
+        """Whether the algorithm learns from :attr:`dataset`."""
+        return self.algo_name in OFFLINE_ALGOS
 
 
 @dataclass
@@ -349,9 +376,11 @@ def train_config_from_dict(mapping: Mapping[str, Any]) -> TrainConfig:
     top["algo"] = to_dataclass(algo_cls, algo, "algo")
     top["runner"] = to_dataclass(RunnerConfig, runner, "runner")
     cfg = to_dataclass(TrainConfig, top)
-    for key in ("num_envs", "total_env_steps"):
+    for key in ("num_envs", "total_env_steps", "total_grad_steps"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"{key}: expected an integer >= 1, got {getattr(cfg, key)}")
+    if cfg.offline and not cfg.dataset:
+        raise ConfigError(f"dataset: algo={cfg.algo_name} learns offline and needs dataset=<file>")
     if cfg.eval_num_envs < 0:
         raise ConfigError(f"eval_num_envs: expected an integer >= 0, got {cfg.eval_num_envs}")
     return cfg

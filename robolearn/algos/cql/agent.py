@@ -128,6 +128,13 @@ class CQL:
         """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""
         self.obs_norm.set(mean, std)
 
+    @property
+    def needs_mc_return(self) -> bool:
+        """Cal-QL reads Monte-Carlo returns-to-go from ``batch.extras["mc_return"]``; the offline
+        runner provides them when this is true.
+        """
+        return bool(self.cfg.calibrated)
+
     @torch.inference_mode()
     def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Deterministic in-bounds actions ``[N, A]`` (the squashed mean) from raw observations."""

@@ -242,9 +242,15 @@ class SAC:
         self.target_critic.load_state_dict(state.get("target_critic", state["critic"]))
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        for name in ("actor_optimizer", "critic_optimizer", "alpha_optimizer"):
+        lrs = {"actor_optimizer": self.cfg.actor_lr, "critic_optimizer": self.cfg.critic_lr, "alpha_optimizer": self.cfg.alpha_lr}
+        for name, lr in lrs.items():
             if name in state:
-                getattr(self, name).load_state_dict(state[name])
+                optimizer = getattr(self, name)
+                optimizer.load_state_dict(state[name])
+                # The learning rate is this run's config, not the checkpoint's (an offline CQL
+                # checkpoint carries CQL's rates into online fine-tuning otherwise).
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
         if "generator" in state:
