@@ -212,6 +212,7 @@ def test_to_dataclass_converts_and_rejects():
     [("algo/ppo.yaml", "robolearn.algos.ppo.config:PPOConfig"), ("algo/sac.yaml", "robolearn.algos.sac.config:SACConfig"),
      ("runner/default.yaml", "robolearn.runners.base:RunnerConfig"),
      ("sim2sim.yaml", "robolearn.cli.config:Sim2SimConfig"), ("collect.yaml", "robolearn.cli.config:CollectConfig"),
+     ("recipe.yaml", "robolearn.cli.config:RecipeConfig"),
      ("algo/bc.yaml", "robolearn.algos.bc.config:BCConfig"), ("algo/td3bc.yaml", "robolearn.algos.td3bc.config:TD3BCConfig"),
      ("algo/iql.yaml", "robolearn.algos.iql.config:IQLConfig"), ("algo/cql.yaml", "robolearn.algos.cql.config:CQLConfig"),
      ("algo/calql.yaml", "robolearn.algos.cql.config:CalQLConfig")],

@@ -4,6 +4,7 @@ values in the infos, and the ``robolearn data collect`` command writing a file t
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import robolearn
@@ -105,3 +106,37 @@ def test_data_collect_command_writes_a_dataset(tmp_path, capsys):
     assert main(["data", "collect", "episodes=3"]) == 2
     assert "task: required with policy=random" in capsys.readouterr().err
     assert main(["data", "gather"]) == 2
+
+
+def test_d4rl_style_recipe_builds_resumably(tmp_path, capsys):
+    root = tmp_path / "recipe"
+    train = [
+        "num_envs=2", "eval_num_envs=2", "runner.video=false", "runner.console=false", "runner.tensorboard=false",
+        "algo.learning_starts=100", "runner.steps_per_iteration=50", "algo.actor_hidden=[32,32]",
+        "algo.critic_hidden=[32,32]", "task_overrides.episode_length=50",
+    ]  # fmt: skip
+    args = [
+        "data", "build", f"root={root}", "tasks=[Cartpole-Balance]", "expert_env_steps=400", "medium_env_steps=200",
+        "transitions=200", "num_envs=2", "train_overrides=[" + ",".join(f"'{a}'" for a in train) + "]",
+    ]  # fmt: skip
+    assert main(args) == 0
+    folder = root / "Cartpole-Balance"
+    sets = {name: Dataset.load(folder / f"{name}.h5") for name in ("random", "medium", "medium-replay", "expert", "medium-expert")}
+    refs = {(d.metadata.ref_random_return, d.metadata.ref_expert_return) for d in sets.values()}
+    assert len(refs) == 1, "every dataset of a task carries the same reference returns"
+    rand, expert = refs.pop()
+    assert rand == pytest.approx(float(sets["random"].episode_returns().mean()))
+    assert expert == pytest.approx(float(sets["expert"].episode_returns().mean()))
+    for name in ("random", "medium", "expert"):
+        assert len(sets[name]) >= 200 and (sets[name].episode_lengths == 50).all(), name
+    # medium-replay is the medium run's whole history: 200 env steps over 2 worlds, 50-step episodes
+    assert len(sets["medium-replay"]) == 200 and sets["medium-replay"].num_episodes == 4
+    assert len(sets["medium-expert"]) == len(sets["medium"]) + len(sets["expert"])
+    # A second build keeps everything (resumable); a deleted file is rebuilt alone.
+    (folder / "medium-expert.h5").unlink()
+    mtime = (folder / "expert.h5").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "kept finished run" in out and "wrote" in out and "medium-expert.h5" in out and "expert.h5:" not in out.replace("medium-expert.h5:", "")
+    assert (folder / "expert.h5").stat().st_mtime_ns == mtime

@@ -124,6 +124,8 @@ def offline_reference(cfg: TrainConfig, dataset: Any) -> Any:
 
     meta = dataset.metadata
     if meta.ref_random_return is not None and meta.ref_expert_return is not None:
+        if meta.ref_random_return == meta.ref_expert_return:
+            return None  # no spread to normalise by (a task whose random policy scores like the expert)
         return ReferenceReturns(meta.ref_random_return, meta.ref_expert_return)
     try:
         return ReferenceReturns(*d4rl_reference_returns(cfg.task))

@@ -37,6 +37,7 @@ from robolearn.cli.config import (
     ConfigError,
     EvalConfig,
     ExportConfig,
+    RecipeConfig,
     Sim2SimConfig,
     TrainConfig,
     plain,
@@ -337,13 +338,19 @@ def sim2sim_entry(overrides: list[str]) -> int:
 # -- data -------------------------------------------------------------------------------------
 def data_entry(argv: list[str]) -> int:
     """``robolearn data collect [key=value ...]``: compose ``collect.yaml`` and collect."""
-    if not argv or argv[0] != "collect":
-        raise UsageError("expected `robolearn data collect key=value ...` (the only data subcommand)")
-    from robolearn.cli.collect import collect_command
+    if not argv or argv[0] not in ("collect", "build"):
+        raise UsageError("expected `robolearn data collect key=value ...` or `robolearn data build key=value ...`")
     from robolearn.data import DatasetError
 
     try:
-        collect_command(to_dataclass(CollectConfig, compose_config("collect", argv[1:])))
+        if argv[0] == "collect":
+            from robolearn.cli.collect import collect_command
+
+            collect_command(to_dataclass(CollectConfig, compose_config("collect", argv[1:])))
+        else:
+            from robolearn.cli.recipe import build_command
+
+            build_command(to_dataclass(RecipeConfig, compose_config("recipe", argv[1:])))
     except DatasetError as exc:
         raise ConfigError(str(exc)) from exc
     return 0
@@ -367,7 +374,8 @@ def _help(command: str) -> str:
         "eval": "robolearn eval run=<run dir> [episodes=N] [num_envs=N] [seed=N] [video=true]",
         "export": "robolearn export run=<run dir> format=<onnx|torchscript|all> [out=<dir>]",
         "sim2sim": "robolearn sim2sim run=<run dir> [only=[name,...]] [min_ratio=F] [perturbations.<name>.<field>=V]",
-        "data": "robolearn data collect task=<TaskId> policy=<run dir|random> episodes=N [noise=F] [out=<file>]",
+        "data": "robolearn data collect task=<TaskId> policy=<run dir|random> episodes=N [noise=F] [out=<file>]\n"
+        "       robolearn data build [tasks=[Hopper]] [root=<dir>] [expert_env_steps=N] [medium_env_steps=N] (D4RL-style recipe)",
     }[command]
     text = f"usage: {usage}\n\n"
     if command == "train":

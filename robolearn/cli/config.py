@@ -188,6 +188,49 @@ class CollectConfig:
             raise ConfigError(f"noise: expected >= 0, got {self.noise}")
 
 
+RECIPE_DATASETS: tuple[str, ...] = ("random", "medium", "medium-replay", "expert", "medium-expert")
+"""The D4RL-style datasets a recipe can build."""
+
+
+@dataclass
+class RecipeConfig:
+    """``robolearn data build``: D4RL-style datasets from behaviour policies trained here."""
+
+    root: str = "data/d4rl_style"
+    """Output folder: ``<root>/<task>/<dataset>.h5`` and the behaviour runs in ``<root>/<task>/runs``."""
+    tasks: list[str] = field(default_factory=lambda: ["Hopper", "HalfCheetah", "Walker2d"])
+    """Registered task ids."""
+    algo: str = "sac"
+    """Off-policy algorithm of the behaviour runs (its replay buffer is the medium-replay data)."""
+    expert_env_steps: int = 1_000_000
+    """Training budget of the expert run."""
+    medium_env_steps: int = 150_000
+    """Training budget of the medium run."""
+    transitions: int = 200_000
+    """Transitions per rollout dataset (whole episodes, at least this many)."""
+    num_envs: int = 8
+    """Collection worlds."""
+    expert_noise: float = 0.1
+    """Gaussian action noise of the medium and expert rollouts, as a fraction of the half range."""
+    seed: int = 0
+    """Seed of the runs and the rollouts."""
+    train_overrides: list[str] = field(default_factory=list)
+    """Extra ``robolearn train`` overrides for both behaviour runs."""
+    datasets: list[str] = field(default_factory=lambda: list(RECIPE_DATASETS))
+    """Which datasets to build."""
+
+    def __post_init__(self) -> None:
+        """Reject unknown datasets and algorithms without a replay buffer."""
+        bad = [d for d in self.datasets if d not in RECIPE_DATASETS]
+        if bad:
+            raise ConfigError(f"datasets: unknown {bad}; valid choices: {', '.join(RECIPE_DATASETS)}")
+        if self.algo != "sac":
+            raise ConfigError(f"algo: the recipe needs an off-policy learner with a replay buffer; valid choices: sac, got {self.algo!r}")
+        for key in ("expert_env_steps", "medium_env_steps", "transitions", "num_envs"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{key}: expected an integer >= 1, got {getattr(self, key)}")
+
+
 INTEGRATORS: dict[str, int] = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
 """MuJoCo integrators by MJCF name (``mjtIntegrator``)."""
 

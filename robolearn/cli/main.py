@@ -27,7 +27,7 @@ HYDRA_COMMANDS: dict[str, str] = {
     "eval": "eval run=<run dir>: mean return of the latest checkpoint (--help)",
     "export": "export run=<run dir> format=<onnx|torchscript|all>: policy + manifest (--help)",
     "sim2sim": "sim2sim run=<run dir>: evaluate under perturbed physics and latency, pass/fail (--help)",
-    "data": "data collect task=<TaskId> policy=<run dir|random> episodes=N noise=F: write a dataset (--help)",
+    "data": "data collect task=<TaskId> policy=<run dir|random> episodes=N noise=F | data build: datasets (--help)",
 }
 """Subcommands composed by Hydra (see :mod:`robolearn.cli.commands`), with their one-line help."""
 

@@ -24,8 +24,9 @@ Act = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
 def collect_episodes(
     env: Any,
     act: Act,
-    episodes: int,
+    episodes: int | None = None,
     *,
+    transitions: int | None = None,
     groups: tuple[str, ...] | None = None,
     seed: int | None = None,
     progress: bool = True,
@@ -36,7 +37,8 @@ def collect_episodes(
     Args:
         env: a batched env (robolearn's step contract).
         act: the behaviour policy (noise, if any, is its business).
-        episodes: how many complete episodes to keep.
+        episodes: how many complete episodes to keep; or
+        transitions: keep whole episodes until they hold at least this many transitions.
         groups: observation groups to keep (default: all but ``critic``, which repeats the others).
         seed: reset seed of the env (``None`` keeps its streams).
         progress: show a progress bar over episodes.
@@ -47,17 +49,25 @@ def collect_episodes(
         (group -> ``[T + 1, ...]``), ``actions`` ``[T, A]``, ``rewards`` ``[T]``, ``terminals`` and
         ``timeouts`` ``[T]`` (only the last step flagged), ``infos`` (name -> ``[T, ...]``).
     """
-    if episodes < 1:
-        raise ValueError(f"episodes: expected >= 1, got {episodes}")
+    if (episodes is None) == (transitions is None):
+        raise ValueError("collect_episodes: give exactly one of episodes and transitions")
+    if (episodes or transitions or 0) < 1:
+        raise ValueError(f"episodes/transitions: expected >= 1, got {episodes or transitions}")
+    target_eps = episodes if episodes is not None else 1 << 62
+    target_steps = transitions if transitions is not None else 1 << 62
+    episodes = episodes if episodes is not None else -(-int(transitions) // env.max_episode_length) + env.num_envs
     obs, _ = env.reset(seed=seed)
     keep = tuple(g for g in obs if g != "critic") if groups is None else tuple(groups)
     n = env.num_envs
     limit = max_steps or 2 * (episodes // n + 1) * env.max_episode_length
+    if transitions is not None and max_steps is None:
+        limit = 4 * (transitions // n + 1) + 2 * env.max_episode_length  # short episodes need more of them
     rec: dict[str, list[torch.Tensor]] = {f"obs/{g}": [] for g in keep}
     rec.update(actions=[], rewards=[])
     drawn: dict[str, list[torch.Tensor]] = {}
     start = torch.zeros(n, dtype=torch.long)  # row of each world's current episode in the record
     ends: list[tuple[int, int, int, bool, dict[str, torch.Tensor]]] = []  # world, first, last, terminal, final obs
+    kept_steps = 0
     bar = tqdm(total=episodes, desc="collecting", unit="ep", disable=not progress, leave=False)
     with torch.inference_mode():
         for t in range(limit):
@@ -73,19 +83,21 @@ def collect_episodes(
                 final = info["final_obs"]
                 for i in info["episode"]["env_ids"].tolist():
                     last_obs = {g: final[g][i].cpu().clone() for g in keep}
-                    ends.append((i, int(start[i]), t, bool(terminated[i]), last_obs))
+                    if len(ends) < target_eps and kept_steps < target_steps:
+                        ends.append((i, int(start[i]), t, bool(terminated[i]), last_obs))
+                        kept_steps += t + 1 - int(start[i])
                     start[i] = t + 1
                 bar.update(min(len(info["episode"]["env_ids"]), max(episodes - bar.n, 0)))
-                if len(ends) >= episodes:
+                if len(ends) >= target_eps or kept_steps >= target_steps:
                     break
             obs = next_obs
         else:
-            raise RuntimeError(f"only {len(ends)} of {episodes} episodes ended within {limit} control steps")
+            raise RuntimeError(f"only {len(ends)} episodes ({kept_steps} transitions) ended within {limit} control steps")
     bar.close()
     stacked = {k: torch.stack(v) for k, v in rec.items()}  # [T, N, ...]
     stacked_drawn = {k: torch.stack(v) for k, v in drawn.items()}
     out = []
-    for i, first, last, terminal, final_obs in ends[:episodes]:
+    for i, first, last, terminal, final_obs in ends:
         steps = slice(first, last + 1)
         length = last + 1 - first
         flags = torch.zeros(length, dtype=torch.bool)
@@ -129,3 +141,42 @@ def noisy_policy(act: Act, low: torch.Tensor, high: torch.Tensor, noise: float, 
         return torch.minimum(torch.maximum(a, low), high).float()
 
     return noisy
+
+
+def replay_episodes(replay: Any, num_envs: int) -> list[dict[str, Any]]:
+    """The episodes in an off-policy run's replay buffer (D4RL's ``medium-replay``), world by world.
+
+    The runner stores one row per world per control step, so world ``i``'s transitions are rows
+    ``i, i + N, i + 2N, ...`` while the buffer has not wrapped (it refuses a wrapped one). Episodes
+    end at the stored terminal/time-out flags; a world's unfinished last episode is kept and ends
+    as a time-out (it was cut by the end of training; its next observation is known).
+    """
+    size = len(replay)
+    if size == 0:
+        raise ValueError("replay_episodes: the buffer is empty")
+    if size >= replay.capacity and replay.ptr != 0:
+        raise ValueError("replay_episodes: the buffer wrapped around; the oldest episodes are gone")
+    s = replay.storage
+    out = []
+    for i in range(num_envs):
+        rows = torch.arange(i, size, num_envs)
+        done = (s["terminated"][rows] | s["truncated"][rows]).nonzero().flatten().tolist()
+        bounds = [-1, *done] + ([rows.numel() - 1] if not done or done[-1] != rows.numel() - 1 else [])
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            r = rows[a + 1 : b + 1]
+            if r.numel() == 0:
+                continue
+            term = s["terminated"][r].clone()
+            tout = s["truncated"][r].clone() & ~term
+            if not (term[-1] or tout[-1]):
+                tout[-1] = True
+            out.append(
+                {
+                    "observations": {g: torch.cat([v[r], s["next_obs"][g][r[-1:]]]) for g, v in s["obs"].items()},
+                    "actions": s["action"][r],
+                    "rewards": s["reward"][r],
+                    "terminals": term,
+                    "timeouts": tout,
+                }
+            )
+    return out

@@ -1,0 +1,122 @@
+"""``robolearn data build``: D4RL-style datasets (random, medium, medium-replay, expert,
+medium-expert) from behaviour policies trained here, resumable step by step.
+
+For each task: train an expert and a medium run of an off-policy learner (a run with a
+``summary.json`` is finished and kept; one with checkpoints resumes); roll out a uniform random
+policy, the medium policy and the expert policy (with a little action noise, as D4RL's stochastic
+SAC policies) into whole-episode datasets; take medium-replay from the medium run's replay buffer
+(its whole training history); and join medium and expert into medium-expert. The random and
+expert datasets' mean episode returns become the reference returns of every dataset of the task.
+A dataset file that exists is kept, so an interrupted build picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import robolearn
+from robolearn.cli.build import flatten_overrides, load_policy
+from robolearn.cli.config import RecipeConfig
+from robolearn.data import Dataset, DatasetMetadata
+from robolearn.runners import CheckpointManager, load_checkpoint
+from robolearn.runners.collect import collect_episodes, noisy_policy, replay_episodes, uniform_policy
+
+log = logging.getLogger(__name__)
+
+
+def _train(run: Path, task: str, steps: int, cfg: RecipeConfig) -> None:
+    """Train (or resume, or keep) one behaviour run."""
+    from robolearn.cli.commands import train_job
+
+    if (run / "summary.json").is_file():
+        print(f"kept finished run {run}")
+        return
+    if CheckpointManager(run, keep=None).latest() is not None:
+        train_job([f"resume={run}", f"total_env_steps={steps}"])
+        return
+    train_job([f"algo={cfg.algo}", f"task={task}", f"total_env_steps={steps}", f"seed={cfg.seed}", f"run_dir={run}", *cfg.train_overrides])
+
+
+def _episodes_of(run: Path, task: str, cfg: RecipeConfig, which: str) -> list[dict[str, Any]]:
+    """Rollouts of the random policy or of a run's policy with the recipe's action noise, on the
+    task as the run trained on it (its task overrides).
+    """
+    policy = load_policy(run)
+    seed = cfg.seed + {"random": 1, "medium": 2, "expert": 3}[which]
+    env = robolearn.make(task, cfg.num_envs, seed=seed, **flatten_overrides(policy.cfg.task_overrides))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    low, high = env.ctrl_low.double(), env.ctrl_high.double()
+    if which == "random":
+        act = uniform_policy(low, high, gen)
+    else:
+        act = noisy_policy(policy.act, low, high, cfg.expert_noise, gen)
+    try:
+        return collect_episodes(env, act, transitions=cfg.transitions, seed=cfg.seed)
+    finally:
+        env.close()
+
+
+def _returns(episodes: list[dict[str, Any]]) -> float:
+    return float(torch.stack([torch.as_tensor(e["rewards"]).double().sum() for e in episodes]).mean())
+
+
+def build_task(task: str, cfg: RecipeConfig) -> dict[str, Path]:
+    """Build (or keep) every requested dataset of ``task``; return their paths."""
+    folder = Path(cfg.root) / task
+    runs = {"expert": folder / "runs" / "expert", "medium": folder / "runs" / "medium"}
+    wanted = set(cfg.datasets)
+    needs = {"expert": wanted & {"expert", "medium-expert"} or {"expert"}, "medium": wanted - {"random", "expert"}}
+    _train(runs["expert"], task, cfg.expert_env_steps, cfg)  # always: its return is the reference
+    if needs["medium"]:
+        _train(runs["medium"], task, cfg.medium_env_steps, cfg)
+    paths = {name: folder / f"{name}.h5" for name in (*cfg.datasets, "random", "expert")}
+    # The references first: they come from the random and expert rollouts (built even if unrequested).
+    episodes: dict[str, list[dict[str, Any]]] = {}
+    for name in ("random", "expert"):
+        if paths[name].is_file():
+            ds = Dataset.load(paths[name])
+            episodes[name] = []
+            ref = float(ds.episode_returns().mean())
+        else:
+            episodes[name] = _episodes_of(runs["expert"], task, cfg, name)  # "random" reads only its task
+            ref = _returns(episodes[name])
+        episodes[f"{name}_ref"] = ref  # type: ignore[assignment]
+    refs = (float(episodes["random_ref"]), float(episodes["expert_ref"]))  # type: ignore[arg-type]
+
+    def write(name: str, eps: list[dict[str, Any]], collection: str) -> None:
+        meta = DatasetMetadata(task_id=task, collection=collection, ref_random_return=refs[0], ref_expert_return=refs[1],
+                               extra={"recipe": "d4rl_style", "seed": cfg.seed, "mean_return": _returns(eps)})
+        ds = Dataset.from_episodes(eps, meta)
+        ds.save(paths[name])
+        print(f"wrote {paths[name]}: {len(ds)} transitions, {ds.num_episodes} episodes, mean return {_returns(eps):.1f}")
+
+    for name in ("random", "expert"):
+        if not paths[name].is_file():
+            write(name, episodes[name], name if name == "random" else f"{cfg.algo}-expert-noise{cfg.expert_noise:g}")
+    if "medium" in wanted and not paths["medium"].is_file():
+        write("medium", _episodes_of(runs["medium"], task, cfg, "medium"), f"{cfg.algo}-medium-noise{cfg.expert_noise:g}")
+    if "medium-replay" in wanted and not paths["medium-replay"].is_file():
+        state = load_checkpoint(CheckpointManager(runs["medium"], keep=None).latest(), map_location="cpu")
+        from robolearn.data.replay import ReplayBuffer
+
+        replay = ReplayBuffer(int(state["agent"]["replay"]["capacity"]))
+        replay.load_state_dict(state["agent"]["replay"])
+        num_envs = int(state["env"]["episode_length"].shape[0])
+        eps = replay_episodes(replay, num_envs)
+        for ep in eps:  # keep the deployable group only, as the rollout datasets do
+            ep["observations"] = {g: v for g, v in ep["observations"].items() if g == "policy"}
+        write("medium-replay", eps, f"{cfg.algo}-medium-replay")
+    if "medium-expert" in wanted and not paths["medium-expert"].is_file():
+        joined = [Dataset.load(paths["medium"]), Dataset.load(paths["expert"])]
+        eps = [d.episode(i) for d in joined for i in range(d.num_episodes)]
+        write("medium-expert", eps, "medium-expert")
+    return {name: paths[name] for name in cfg.datasets}
+
+
+def build_command(cfg: RecipeConfig) -> dict[str, dict[str, Path]]:
+    """Build every task's datasets."""
+    return {task: build_task(task, cfg) for task in cfg.tasks}
