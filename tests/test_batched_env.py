@@ -396,3 +396,21 @@ def test_success_is_judged_on_the_last_state_of_each_episode():
     assert info_up["episode"]["success"].tolist() == [True] * 3  # still within 10 degrees of upright
     assert info_down["episode"]["success"].tolist() == [False] * 3  # still hanging
     assert "success" not in robolearn.make("HalfCheetah", 1, episode_length=1).step(torch.zeros(1, 6))[4]["episode"]
+
+
+def test_noise_of_several_terms_keeps_each_terms_kind_and_scale():
+    # One draw per noise kind serves every term of the group; each term must keep its own scale.
+    cfg = task_cfg("HalfCheetah")
+    terms = cfg.observations["policy"].terms
+    terms["joint_pos"].noise = NoiseCfg("gaussian", 0.05)
+    terms["joint_vel"].noise = NoiseCfg("gaussian", 2.0)
+    terms["pos_uniform"] = ObsTerm(mdp.qpos, params={"start": 1}, noise=NoiseCfg("uniform", 0.3))
+    env = BatchedEnv(cfg, 2048, seed=0, dtype=torch.float64)
+    obs = env.obs["policy"]
+    clean_pos, clean_vel = env.sim.qpos[:, 1:], env.sim.qvel
+    assert abs(float((obs[:, :8] - clean_pos).std()) - 0.05) < 0.003
+    assert abs(float((obs[:, 8:17] - clean_vel).std()) - 2.0) < 0.1
+    uniform = obs[:, 17:] - clean_pos
+    assert float(uniform.abs().max()) <= 0.3 and abs(float(uniform.std()) - 0.3 / 3**0.5) < 0.01
+    # the two Gaussian terms draw independent numbers, not one scaled copy of the other
+    assert abs(float(torch.corrcoef(torch.stack([(obs[:, 0] - clean_pos[:, 0]), (obs[:, 8] - clean_vel[:, 0])]))[0, 1])) < 0.1

@@ -156,8 +156,8 @@ class BatchedEnv:
         terminated, truncated = self.termination_manager.compute()
         obs = self.observation_manager.compute()
         info: dict[str, Any] = {"final_obs": obs, "reward_terms": reward_terms, "diverged": diverged}
-        if self.drawn:  # the values this step ran under (before any reset redraws them)
-            info["drawn"] = {k: v.clone() for k, v in self.drawn.items()}
+        if self.drawn:  # the values this step ran under (tables are copy-on-write, see record_drawn)
+            info["drawn"] = dict(self.drawn)
         done = terminated | truncated | diverged
         if bool(done.any()):
             ids = torch.nonzero(done).flatten()
@@ -276,10 +276,15 @@ class BatchedEnv:
         values = torch.as_tensor(values, dtype=torch.float64).reshape(env_ids.numel(), -1)
         table = self.drawn.get(name)
         if table is None:
-            table = self.drawn[name] = torch.zeros(self.num_envs, values.shape[1], dtype=torch.float64)
+            table = torch.zeros(self.num_envs, values.shape[1], dtype=torch.float64)
         elif table.shape[1] != values.shape[1]:
             raise ValueError(f"record_drawn({name!r}): expected {table.shape[1]} values per world, got {values.shape[1]}")
+        else:
+            # Copy on write: a table is never changed in place, so info["drawn"] can hand out the
+            # current tables without copying them every step (draws happen at resets, mostly).
+            table = table.clone()
         table[env_ids] = values
+        self.drawn[name] = table
 
     def draw_uniform(self, env_ids: torch.Tensor, size: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
         """Uniform draws ``[len(env_ids), size]`` from those worlds' own streams (float64)."""

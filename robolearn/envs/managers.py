@@ -180,6 +180,7 @@ class ObservationManager:
         out: dict[str, torch.Tensor] = {}
         for gname, group in self.groups.items():
             parts = []
+            noise = self._draw_group_noise(gname, env_ids) if group.enable_noise else {}
             for sl in self._slots[gname]:
                 term = sl.term
                 value = term.func(env, **term.params)
@@ -187,10 +188,8 @@ class ObservationManager:
                     value = value.reshape(value.shape[0], -1)
                 if env_ids is not None:
                     value = value[env_ids]
-                if term.noise is not None and group.enable_noise and term.noise.scale > 0:
-                    ids = env.all_ids if env_ids is None else env_ids
-                    noise = env.draw_noise(ids, term.noise.kind, term.noise.scale, sl.dim)
-                    value = value + noise.reshape(value.shape)
+                if sl.name in noise:
+                    value = value + noise[sl.name].reshape(value.shape)
                 if term.clip is not None:
                     value = value.clamp(term.clip[0], term.clip[1])
                 if sl.scale is not None:
@@ -204,6 +203,24 @@ class ObservationManager:
             if group.history_length > 1:
                 frame = self._push_history(gname, frame, group.history_length, env_ids)
             out[gname] = frame
+        return out
+
+    def _draw_group_noise(self, gname: str, env_ids: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Every noisy term's noise of group ``gname``, from one draw per noise kind (one call to the
+        random streams instead of one per term: the streams' per-call cost dominates at small N).
+        """
+        noisy = [sl for sl in self._slots[gname] if sl.term.noise is not None and sl.term.noise.scale > 0]
+        if not noisy:
+            return {}
+        ids = self.env.all_ids if env_ids is None else env_ids
+        out: dict[str, torch.Tensor] = {}
+        for kind in dict.fromkeys(sl.term.noise.kind for sl in noisy):  # type: ignore[union-attr]
+            slots = [sl for sl in noisy if sl.term.noise.kind == kind]  # type: ignore[union-attr]
+            unit = self.env.draw_noise(ids, kind, 1.0, sum(sl.dim for sl in slots))
+            start = 0
+            for sl in slots:
+                out[sl.name] = unit[:, start : start + sl.dim] * sl.term.noise.scale  # type: ignore[union-attr]
+                start += sl.dim
         return out
 
     def _push_history(
