@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from robolearn.algos import bc, cql, iql, td3bc
-from robolearn.algos.bc.common import DeterministicActor, fold_first_layer
 from robolearn.algos.sac.losses import alpha_loss
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, make_target
 from robolearn.nn.hlgauss import HLGauss, hl_gauss_probs
 from robolearn.nn.mlp import MLP
+from robolearn.nn.offline import DeterministicActor, fold_first_layer
 from robolearn.types import Batch
 
 OBS, ACT, B = 5, 2, 16

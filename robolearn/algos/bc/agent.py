@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from robolearn.algos.bc.common import FIRST_LAYER, DeterministicActor, NetSpec, ObsNormalization
 from robolearn.algos.bc.config import BCConfig
 from robolearn.algos.bc.losses import bc_loss
+from robolearn.nn.offline import FIRST_LAYER, DeterministicActor, NetSpec, ObsNormalization
 from robolearn.types import Batch
 
 

@@ -9,7 +9,7 @@ from torch import nn
 def bc_loss(actor: nn.Module, obs: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:
     """``mean((pi(s) - a)^2)`` over batch and action dims (CORL's ``F.mse_loss(pi, action)``).
 
-    ``actor`` maps observations to actions (a :class:`~robolearn.algos.bc.common.DeterministicActor`).
+    ``actor`` maps observations to actions (a :class:`~robolearn.nn.offline.DeterministicActor`).
     Returns ``loss_actor`` and the detached diagnostic ``action_abs_error`` (mean ``|pi(s) - a|``).
     """
     pi = actor(obs)

@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from robolearn.algos.bc.common import FIRST_LAYER, NetSpec, ObsNormalization, make_hl_gauss
 from robolearn.algos.cql.config import CQLConfig
 from robolearn.algos.cql.losses import actor_loss, alpha_prime_loss, critic_loss, sample_actions
 from robolearn.algos.sac.losses import alpha_loss
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
+from robolearn.nn.offline import FIRST_LAYER, NetSpec, ObsNormalization, make_hl_gauss
 from robolearn.types import Batch
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from robolearn.algos.bc.common import check_critic_fields
+from robolearn.nn.offline import check_critic_fields
 
 
 @dataclass

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from robolearn.algos.bc.common import q_from_output, regression_loss
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble
 from robolearn.nn.hlgauss import HLGauss
+from robolearn.nn.offline import q_from_output, regression_loss
 from robolearn.types import Batch
 
 

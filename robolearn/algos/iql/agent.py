@@ -12,18 +12,18 @@ from typing import Any
 
 import torch
 
-from robolearn.algos.bc.common import (
+from robolearn.algos.iql.config import IQLConfig
+from robolearn.algos.iql.losses import actor_loss, critic_loss, value_loss
+from robolearn.nn.actors import TanhGaussianActor
+from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
+from robolearn.nn.mlp import MLP
+from robolearn.nn.offline import (
     FIRST_LAYER,
     DeterministicActor,
     NetSpec,
     ObsNormalization,
     make_hl_gauss,
 )
-from robolearn.algos.iql.config import IQLConfig
-from robolearn.algos.iql.losses import actor_loss, critic_loss, value_loss
-from robolearn.nn.actors import TanhGaussianActor
-from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
-from robolearn.nn.mlp import MLP
 from robolearn.types import Batch
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from robolearn.algos.bc.common import q_from_output, regression_loss
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble
 from robolearn.nn.hlgauss import HLGauss
+from robolearn.nn.offline import q_from_output, regression_loss
 from robolearn.types import Batch
 
 

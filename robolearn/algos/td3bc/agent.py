@@ -11,16 +11,16 @@ from typing import Any
 
 import torch
 
-from robolearn.algos.bc.common import (
+from robolearn.algos.td3bc.config import TD3BCConfig
+from robolearn.algos.td3bc.losses import actor_loss, critic_loss
+from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
+from robolearn.nn.offline import (
     FIRST_LAYER,
     DeterministicActor,
     NetSpec,
     ObsNormalization,
     make_hl_gauss,
 )
-from robolearn.algos.td3bc.config import TD3BCConfig
-from robolearn.algos.td3bc.losses import actor_loss, critic_loss
-from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
 from robolearn.types import Batch
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from robolearn.algos.bc.common import check_critic_fields
+from robolearn.nn.offline import check_critic_fields
 
 
 @dataclass

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from robolearn.algos.bc.common import DeterministicActor, q_from_output, regression_loss
 from robolearn.nn.ensemble import CriticEnsemble
 from robolearn.nn.hlgauss import HLGauss
+from robolearn.nn.offline import DeterministicActor, q_from_output, regression_loss
 from robolearn.types import Batch
 
 

@@ -1,7 +1,5 @@
-"""Pieces every offline learner shares (BC, TD3+BC, IQL, CQL, Cal-QL).
-
-BC is the root of the offline family (each learner here regularises towards the data), so the
-shared parts live with it:
+"""Building blocks the offline learners share (BC, TD3+BC, IQL, CQL, Cal-QL), kept in ``nn`` so
+that no algorithm imports another:
 
 * :class:`DeterministicActor`: a tanh-squashed MLP policy (BC, TD3+BC, IQL's deterministic option).
 * :class:`ObsNormalization`: fixed per-group dataset statistics, applied inside acting and the
