@@ -281,3 +281,27 @@ __all__: list[str] = [
     "q_from_output",
     "regression_loss",
 ]
+
+
+def check_groups(obs_dims: Mapping[str, int], *groups: str) -> None:
+    """Raise naming the group when a learner's observation group is not among the env's."""
+    for group in groups:
+        if group not in obs_dims:
+            raise ValueError(f"observation group {group!r} not among the groups {sorted(obs_dims)}")
+
+
+def build_critic(obs_dim: int, action_dim: int, cfg: Any, hl: HLGauss | None) -> nn.Module:
+    """The Q ensemble of an offline config (``num_critics``, ``critic_hidden``, ``layer_norm``,
+    ``activation``): scalar outputs, or ``hl.num_bins`` logits for an HL-Gauss critic.
+    """
+    from robolearn.nn.ensemble import CriticEnsemble
+
+    return CriticEnsemble(
+        obs_dim,
+        action_dim,
+        cfg.num_critics,
+        cfg.critic_hidden,
+        cfg.layer_norm,
+        cfg.activation,
+        num_outputs=1 if hl is None else hl.num_bins,
+    )

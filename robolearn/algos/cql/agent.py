@@ -23,7 +23,14 @@ from robolearn.algos.cql.losses import actor_loss, alpha_prime_loss, critic_loss
 from robolearn.algos.sac.losses import alpha_loss
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
-from robolearn.nn.offline import FIRST_LAYER, NetSpec, ObsNormalization, make_hl_gauss
+from robolearn.nn.offline import (
+    FIRST_LAYER,
+    NetSpec,
+    ObsNormalization,
+    build_critic,
+    check_groups,
+    make_hl_gauss,
+)
 from robolearn.types import Batch
 
 
@@ -67,9 +74,7 @@ class CQL:
         self.cfg = cfg = cfg or CQLConfig()
         self.device = torch.device(device)
         self.actor_group, self.critic_group = cfg.actor_obs_group, cfg.critic_group
-        for group in (self.actor_group, self.critic_group):
-            if group not in obs_dims:
-                raise ValueError(f"observation group {group!r} not among the groups {sorted(obs_dims)}")
+        check_groups(obs_dims, self.actor_group, self.critic_group)
         self.action_dim = int(action_dim)
         torch.manual_seed(seed)  # network init
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -83,15 +88,7 @@ class CQL:
             action_low,
             action_high,
         ).to(self.device)
-        self.critic = CriticEnsemble(
-            obs_dims[self.critic_group],
-            action_dim,
-            cfg.num_critics,
-            cfg.critic_hidden,
-            cfg.layer_norm,
-            cfg.activation,
-            num_outputs=1 if self.hl is None else self.hl.num_bins,
-        ).to(self.device)
+        self.critic = build_critic(obs_dims[self.critic_group], action_dim, cfg, self.hl).to(self.device)
         if cfg.orthogonal_init:
             corl_init_(self.actor, self.critic)
         self.target_critic = make_target(self.critic)

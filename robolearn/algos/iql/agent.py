@@ -22,6 +22,7 @@ from robolearn.nn.offline import (
     DeterministicActor,
     NetSpec,
     ObsNormalization,
+    check_groups,
     make_hl_gauss,
 )
 from robolearn.types import Batch
@@ -47,9 +48,7 @@ class IQL:
         self.cfg = cfg = cfg or IQLConfig()
         self.device = torch.device(device)
         self.actor_group, self.critic_group = cfg.actor_obs_group, cfg.critic_group
-        for group in (self.actor_group, self.critic_group):
-            if group not in obs_dims:
-                raise ValueError(f"observation group {group!r} not among the groups {sorted(obs_dims)}")
+        check_groups(obs_dims, self.actor_group, self.critic_group)
         torch.manual_seed(seed)  # network init
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.hl = make_hl_gauss(cfg.critic_type, cfg.num_bins, cfg.v_min, cfg.v_max, self.device)

@@ -13,12 +13,14 @@ import torch
 
 from robolearn.algos.td3bc.config import TD3BCConfig
 from robolearn.algos.td3bc.losses import actor_loss, critic_loss
-from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
+from robolearn.nn.ensemble import make_target, soft_update_
 from robolearn.nn.offline import (
     FIRST_LAYER,
     DeterministicActor,
     NetSpec,
     ObsNormalization,
+    build_critic,
+    check_groups,
     make_hl_gauss,
 )
 from robolearn.types import Batch
@@ -44,9 +46,7 @@ class TD3BC:
         self.cfg = cfg = cfg or TD3BCConfig()
         self.device = torch.device(device)
         self.actor_group, self.critic_group = cfg.actor_obs_group, cfg.critic_group
-        for group in (self.actor_group, self.critic_group):
-            if group not in obs_dims:
-                raise ValueError(f"observation group {group!r} not among the groups {sorted(obs_dims)}")
+        check_groups(obs_dims, self.actor_group, self.critic_group)
         torch.manual_seed(seed)  # network init
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.hl = make_hl_gauss(cfg.critic_type, cfg.num_bins, cfg.v_min, cfg.v_max, self.device)
@@ -59,15 +59,7 @@ class TD3BC:
             action_low,
             action_high,
         ).to(self.device)
-        self.critic = CriticEnsemble(
-            obs_dims[self.critic_group],
-            action_dim,
-            cfg.num_critics,
-            cfg.critic_hidden,
-            cfg.layer_norm,
-            cfg.activation,
-            num_outputs=1 if self.hl is None else self.hl.num_bins,
-        ).to(self.device)
+        self.critic = build_critic(obs_dims[self.critic_group], action_dim, cfg, self.hl).to(self.device)
         self.target_actor = make_target(self.actor)
         self.target_critic = make_target(self.critic)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
