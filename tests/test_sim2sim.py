@@ -109,3 +109,18 @@ def test_bad_gate_configs_name_the_field():
         run_gate(_make_env, _lqr(), {"t": Perturbation(timestep_scale=0.3)}, episodes=1)
     with pytest.raises(ConfigError, match=r"fields\.nope: model field 'nope' cannot be set per world"):
         run_gate(_make_env, _lqr(), {"f": Perturbation(fields={"nope": 2.0})}, episodes=1)
+
+
+def test_perturbations_compose_with_a_tasks_randomisation():
+    # Cartpole-Balance-DR draws pole mass x U(0.7, 1.3) around the template at every reset; the
+    # gate rescales the template, so the draws must land around the perturbed mass.
+    from robolearn.cli.sim2sim import apply_model_changes
+
+    env = robolearn.make("Cartpole-Balance-DR", 64, seed=0, nthread=1)
+    pole = env.model.body("pole").id
+    nominal = float(env.model.body_mass[pole])
+    before = env.sim.get_model_field("body_mass")[:, pole]
+    assert ((0.7 * nominal <= before) & (before <= 1.3 * nominal)).all()
+    apply_model_changes(env, Perturbation(fields={"mass": 2.0}))
+    after = env.sim.get_model_field("body_mass")[:, pole]
+    assert ((1.4 * nominal <= after) & (after <= 2.6 * nominal)).all() and after.std() > 0

@@ -238,6 +238,33 @@ def _dof_label(model: mujoco.MjModel, dof: int) -> str:
     return name
 
 
+def _memoized(fn: Callable[..., Any], values: Callable[..., bytes] | None = None) -> Callable[..., Any]:
+    """Cache a pure resolver of names against a template model: events call them at every reset
+    or interval firing, and resolving names through MuJoCo each time cost more than the draw.
+    The key is the model object (kept alive by the entry, so its id cannot be reused), the
+    ``repr`` of the arguments (configs hold lists and dicts, which do not hash) and, through
+    ``values``, the template values the result copies (the sim2sim gate rescales the template).
+    """
+    cache: dict[tuple[int, str, bytes], tuple[Any, Any]] = {}
+
+    def cached(model: mujoco.MjModel, *args: Any) -> Any:
+        try:
+            extra = values(model, *args) if values is not None else b""
+        except ValueError:  # an unknown field: let the resolver raise its own message
+            return fn(model, *args)
+        key = (id(model), repr(args), extra)
+        hit = cache.get(key)
+        if hit is not None and hit[0] is model:
+            return hit[1]
+        value = fn(model, *args)
+        cache[key] = (model, value)
+        return value
+
+    cached.__doc__ = fn.__doc__
+    cached.__wrapped__ = fn  # type: ignore[attr-defined]
+    return cached
+
+
 def _select(
     model: mujoco.MjModel, field: str, elements: Any, axes: Any, where: str
 ) -> _Selection:
@@ -290,6 +317,9 @@ def _select(
     r, c = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
     return _Selection(raw, values.shape, r, c, tuple(labels), table[r[:, None], c[None, :]], table)
 
+
+
+_select = _memoized(_select, lambda model, field, *_: np.ascontiguousarray(_template(model, resolve_field(field))).tobytes())
 
 def _entries(sel: _Selection) -> set[Entry]:
     """Every ``(field, element, column)`` a selection writes."""
@@ -850,6 +880,7 @@ randomize_motor_strength.writes = _writes_motor_strength  # type: ignore[attr-de
 
 
 # -- pushes and wrenches ---------------------------------------------------------------------------
+@_memoized
 def _push_plan(model: mujoco.MjModel, velocity_range: Any, dofs: Any, where: str) -> tuple[list[int], np.ndarray]:
     """Dof indices and their ``[k, 2]`` ranges from either form of :func:`push_by_velocity`'s arguments."""
     if isinstance(velocity_range, Mapping):
