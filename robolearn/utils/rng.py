@@ -39,6 +39,8 @@ class WorldRNG:
         with np.errstate(over="ignore"):
             self._key = _mix(np.array([self.seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) + _GOLDEN)[0]
         self.counters = np.zeros(num_worlds, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            self._all_worlds = np.arange(num_worlds, dtype=np.uint64) * _WORLD
 
     def uniform(self, ids: np.ndarray, size: int, low: float = 0.0, high: float = 1.0) -> np.ndarray:
         """Draw ``[len(ids), size]`` uniforms in ``[low, high)``, advancing those worlds' counters."""
@@ -58,9 +60,15 @@ class WorldRNG:
 
     def _bits(self, ids: np.ndarray, size: int) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
-        ctr = self.counters[ids]
-        self.counters[ids] = ctr + np.uint64(1)
-        world = ids.astype(np.uint64) * _WORLD
+        if ids.size == self.counters.size and ids[0] == 0 and ids[-1] == ids.size - 1:
+            # Every world, in order (the per-step case): slices instead of fancy indexing.
+            ctr = self.counters.copy()
+            self.counters += np.uint64(1)
+            world = self._all_worlds
+        else:
+            ctr = self.counters[ids]
+            self.counters[ids] = ctr + np.uint64(1)
+            world = ids.astype(np.uint64) * _WORLD
         base = _mix(self._key ^ world ^ _mix(ctr + _GOLDEN))
         draw = np.arange(1, size + 1, dtype=np.uint64) * _DRAW
         return _mix(base[:, None] + draw[None, :])
