@@ -171,9 +171,8 @@ def test_falls_back_to_osmesa_without_egl(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     backend = result.stdout.strip().splitlines()[-1]
-    if backend == "egl":
-        pytest.skip("EGL could not be disabled in the child (not a glvnd EGL)")
-    assert backend == "osmesa"
+    # setup.sh installs glvnd's libegl1, which honours the vendor override above.
+    assert backend == "osmesa", f"renderer came up on {backend!r}: EGL was not disabled (not a glvnd EGL?)"
 
 
 # -- write_mp4 --------------------------------------------------------------------------------
