@@ -56,6 +56,20 @@ def _make_gym() -> gym.Env:
     return gym.make(GYM_ID)
 
 
+def _print_rates(title: str, unit: str, res: dict[str, Any]) -> None:
+    """A markdown table of one benchmark's rates and robolearn's speed-up over each method."""
+    print(f"\n### {title}\n")
+    print(f"| method | {unit} | robolearn speed-up (median, range) | spread |")
+    print("|---|---:|---:|---:|")
+    for name, rate in res["rate"].items():
+        if name == "robolearn":
+            ratio = "—"
+        else:
+            lo, hi = res["ratio_range"][name]
+            ratio = f"{res['ratio'][name]:.2f}× ({lo:.2f}–{hi:.2f})"
+        print(f"| {name} | {_fmt(rate)} | {ratio} | {res['spread'][name]:.0%} |")
+
+
 def _load() -> float:
     return os.getloadavg()[0]
 
@@ -289,33 +303,11 @@ def main() -> None:
     if "ppo" in args.what:
         res = bench_ppo(args)
         results["ppo"] = res
-        print("\n### PPO env steps/s including learning\n")
-        print("| method | env steps/s | robolearn speed-up (median, range) | spread |")
-        print("|---|---:|---:|---:|")
-        for name, rate in res["rate"].items():
-            ratio = (
-                "—"
-                if name == "robolearn"
-                else (
-                    f"{res['ratio'][name]:.2f}× ({res['ratio_range'][name][0]:.2f}–{res['ratio_range'][name][1]:.2f})"
-                )
-            )
-            print(f"| {name} | {_fmt(rate)} | {ratio} | {res['spread'][name]:.0%} |")
+        _print_rates("PPO env steps/s including learning", "env steps/s", res)
     if "sac" in args.what:
         res = bench_sac(args)
         results["sac"] = res
-        print("\n### SAC gradient steps/s (batch 256)\n")
-        print("| method | grad steps/s | robolearn speed-up (median, range) | spread |")
-        print("|---|---:|---:|---:|")
-        for name, rate in res["rate"].items():
-            ratio = (
-                "—"
-                if name == "robolearn"
-                else (
-                    f"{res['ratio'][name]:.2f}× ({res['ratio_range'][name][0]:.2f}–{res['ratio_range'][name][1]:.2f})"
-                )
-            )
-            print(f"| {name} | {_fmt(rate)} | {ratio} | {res['spread'][name]:.0%} |")
+        _print_rates("SAC gradient steps/s (batch 256)", "grad steps/s", res)
     # the torch thread count may be changed by a library; report what it was at the end
     _log(f"torch threads at the end: {torch.get_num_threads()}")
     if args.json:

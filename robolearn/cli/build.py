@@ -153,7 +153,9 @@ def read_train_config(run_dir: str | os.PathLike[str]) -> TrainConfig:
 
 
 class _SquashedMean(nn.Module):
-    """``obs -> actor.act_deterministic(obs)`` as a module (SAC's deployable policy)."""
+    """``obs -> actor.act_deterministic(obs)`` as a module (the deployable policy of SAC and the
+    offline learners).
+    """
 
     def __init__(self, actor: nn.Module) -> None:
         super().__init__()
@@ -182,10 +184,8 @@ def policy_module(agent: Any) -> nn.Module:
     """The deterministic ``obs[B, D] -> action[B, A]`` module (normalisation included), a CPU copy in eval mode."""
     if isinstance(agent, PPO):
         module: nn.Module = nn.Sequential(agent.actor_normalizer, agent.actor)
-    elif hasattr(agent.actor, "act_deterministic"):
+    else:  # every other actor (tanh-Gaussian or deterministic) acts through act_deterministic
         module = _SquashedMean(agent.actor)
-    else:  # BC, TD3+BC and IQL's deterministic actor: the network is the policy
-        module = agent.actor
     stats = getattr(getattr(agent, "obs_norm", None), "stats", {})
     if agent.actor_group in stats:
         mean, std = stats[agent.actor_group]

@@ -9,11 +9,11 @@ import torch
 
 from robolearn.algos.bc.config import BCConfig
 from robolearn.algos.bc.losses import bc_loss
-from robolearn.nn.offline import FIRST_LAYER, DeterministicActor, NetSpec, ObsNormalization
+from robolearn.nn.offline import FIRST_LAYER, DeterministicActor, NetSpec, ObsNormalization, OfflineActing
 from robolearn.types import Batch
 
 
-class BC:
+class BC(OfflineActing):
     """An actor and its optimiser; one :meth:`update` is one gradient step on a sampled batch."""
 
     def __init__(
@@ -64,21 +64,6 @@ class BC:
     @property
     def _nets(self) -> dict[str, NetSpec]:
         return {"actor": (self.actor, self.actor_group, FIRST_LAYER["actor"])}
-
-    def set_obs_normalization(
-        self, mean: Mapping[str, torch.Tensor], std: Mapping[str, torch.Tensor]
-    ) -> None:
-        """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""
-        self.obs_norm.set(mean, std)
-
-    @torch.inference_mode()
-    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Deterministic in-bounds actions ``[N, A]`` from raw observations."""
-        return self.actor(self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device)))
-
-    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Same as :meth:`act_inference` (an offline learner does not explore)."""
-        return self.act_inference(obs)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step on ``batch`` (raw observations, on this device); returns detached tensors."""

@@ -27,6 +27,7 @@ from robolearn.nn.offline import (
     FIRST_LAYER,
     NetSpec,
     ObsNormalization,
+    OfflineActing,
     build_critic,
     check_groups,
     make_hl_gauss,
@@ -54,7 +55,7 @@ def corl_init_(actor: TanhGaussianActor, critic: CriticEnsemble) -> None:
         bias.zero_()
 
 
-class CQL:
+class CQL(OfflineActing):
     """Actor, critic ensemble and target, temperature, optional Lagrange multiplier and their
     optimisers; :meth:`update` is one step of all of them. ``cfg.calibrated`` makes it Cal-QL.
     """
@@ -119,29 +120,12 @@ class CQL:
         """Entropy weight ``alpha_multiplier * exp(log_alpha)``, a detached 0-d tensor."""
         return self.log_alpha.detach().exp() * self.cfg.alpha_multiplier
 
-    def set_obs_normalization(
-        self, mean: Mapping[str, torch.Tensor], std: Mapping[str, torch.Tensor]
-    ) -> None:
-        """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""
-        self.obs_norm.set(mean, std)
-
     @property
     def needs_mc_return(self) -> bool:
         """Cal-QL reads Monte-Carlo returns-to-go from ``batch.extras["mc_return"]``; the offline
         runner provides them when this is true.
         """
         return bool(self.cfg.calibrated)
-
-    @torch.inference_mode()
-    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Deterministic in-bounds actions ``[N, A]`` (the squashed mean) from raw observations."""
-        return self.actor.act_deterministic(
-            self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device))
-        )
-
-    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Same as :meth:`act_inference` (an offline learner does not explore; SAC does online)."""
-        return self.act_inference(obs)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One step of actor, temperature, critics (and Lagrange multiplier) on ``batch`` (raw

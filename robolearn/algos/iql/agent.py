@@ -22,13 +22,14 @@ from robolearn.nn.offline import (
     DeterministicActor,
     NetSpec,
     ObsNormalization,
+    OfflineActing,
     check_groups,
     make_hl_gauss,
 )
 from robolearn.types import Batch
 
 
-class IQL:
+class IQL(OfflineActing):
     """Actor, Q ensemble with its target, value network V, their optimisers (and the actor's
     optional cosine schedule); :meth:`update` is one step of all three.
     """
@@ -95,23 +96,6 @@ class IQL:
             "target_critic": (self.target_critic, c, FIRST_LAYER["critic"]),
             "value": (self.value, c, FIRST_LAYER["value"]),
         }
-
-    def set_obs_normalization(
-        self, mean: Mapping[str, torch.Tensor], std: Mapping[str, torch.Tensor]
-    ) -> None:
-        """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""
-        self.obs_norm.set(mean, std)
-
-    @torch.inference_mode()
-    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Deterministic in-bounds actions ``[N, A]`` (the Gaussian's squashed mean) from raw observations."""
-        return self.actor.act_deterministic(
-            self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device))
-        )
-
-    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Same as :meth:`act_inference` (an offline learner does not explore)."""
-        return self.act_inference(obs)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One step of V, Q and the actor on ``batch`` (raw observations, on this device), then the

@@ -19,6 +19,7 @@ from robolearn.nn.offline import (
     DeterministicActor,
     NetSpec,
     ObsNormalization,
+    OfflineActing,
     build_critic,
     check_groups,
     make_hl_gauss,
@@ -26,7 +27,7 @@ from robolearn.nn.offline import (
 from robolearn.types import Batch
 
 
-class TD3BC:
+class TD3BC(OfflineActing):
     """Actor, critic ensemble, their targets and optimisers; :meth:`update` is one critic step
     (and, every ``policy_delay`` steps, one actor step and the target lerp).
     """
@@ -77,21 +78,6 @@ class TD3BC:
             "target_actor": (self.target_actor, a, FIRST_LAYER["actor"]),
             "target_critic": (self.target_critic, c, FIRST_LAYER["critic"]),
         }
-
-    def set_obs_normalization(
-        self, mean: Mapping[str, torch.Tensor], std: Mapping[str, torch.Tensor]
-    ) -> None:
-        """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""
-        self.obs_norm.set(mean, std)
-
-    @torch.inference_mode()
-    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Deterministic in-bounds actions ``[N, A]`` from raw observations."""
-        return self.actor(self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device)))
-
-    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Same as :meth:`act_inference` (an offline learner does not explore)."""
-        return self.act_inference(obs)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic step on ``batch`` (raw observations, on this device), the delayed actor step
