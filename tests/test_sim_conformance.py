@@ -287,3 +287,25 @@ def test_applied_wrenches_and_substep_counts(backend, cheetah_xml):
     assert plain.qpos[1, 1] < fast.qpos[1, 1] and plain.qpos[4, 1] > fast.qpos[4, 1], "the wrenches must act"
     fast.reset(torch.tensor([1]))
     assert (fast.xfrc_applied[1] == 0).all() and (fast.xfrc_applied[4, 1, 2] == -200.0), "reset clears its world only"
+
+
+@pytest.mark.parametrize("backend", FAST_BACKENDS)
+def test_add_qvel_pushes_selected_worlds_and_dofs(backend, cheetah_xml):
+    model = load_model(cheetah_xml)
+    fast, ref = _pair(backend, model)
+    qpos, qvel = _start_state(model, 12)
+    dv = torch.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=torch.float64)
+    for sim in (fast, ref):
+        sim.reset(None, qpos, qvel)
+        sim.add_qvel(dv, torch.tensor([1, 4]), [0, 3])
+    want = qvel.clone()
+    want[1, 0] += 0.5
+    want[1, 3] -= 1.0
+    want[4, 0] += 2.0
+    want[4, 3] += 0.25
+    torch.testing.assert_close(fast.qvel, want, rtol=0, atol=0)
+    u = _controls(model, 20, 13)
+    for k in range(20):
+        fast.step(u[k])
+        ref.step(u[k])
+    _assert_same(fast, ref)

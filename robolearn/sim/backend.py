@@ -162,6 +162,12 @@ class SimBackend(Protocol):
         """Set the applied wrenches ``[len(env_ids), nbody, 6]`` of worlds ``env_ids`` (default: all)."""
         ...
 
+    def add_qvel(self, dv: torch.Tensor, env_ids: torch.Tensor, dofs: Sequence[int]) -> None:
+        """``qvel[env_ids, dofs] += dv`` (``dv`` is ``[len(env_ids), len(dofs)]``) in the live state:
+        a push, between steps.
+        """
+        ...
+
     def step(self, ctrl: torch.Tensor, nstep: int | None = None) -> torch.Tensor:
         """Apply ``ctrl[N, nu]`` and advance ``nstep`` substeps (default ``decimation``); return a
         ``[N]`` bool mask of worlds whose physics diverged (MuJoCo instability warning, NaN state or

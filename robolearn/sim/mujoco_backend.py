@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 
 import mujoco
 import numpy as np
@@ -183,6 +184,12 @@ class MujocoBackend:
         """Write the applied wrenches of ``env_ids``."""
         ids = as_index_array(env_ids, self.num_worlds)
         self._xfrc_np[ids] = _numpy(values, (ids.size, self.model.nbody, 6), "xfrc_applied", broadcast=True)
+
+    def add_qvel(self, dv: torch.Tensor, env_ids: torch.Tensor, dofs: Sequence[int]) -> None:
+        """Add ``dv`` to the selected velocities (an in-place write into the state rows)."""
+        ids = torch.as_tensor(env_ids, dtype=torch.long)
+        cols = torch.as_tensor(list(dofs), dtype=torch.long)
+        self._qvel[ids[:, None], cols[None, :]] += dv.to(self._qvel.dtype)
 
     # -- stepping ----------------------------------------------------------------------------
     def step(self, ctrl: torch.Tensor, nstep: int | None = None) -> torch.Tensor:

@@ -7,6 +7,7 @@ resets and per-world field writes.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import mujoco
 import numpy as np
@@ -89,6 +90,13 @@ class ReferenceBackend:
         arr = np.broadcast_to(arr, (ids.size, self.model.nbody, 6))
         for k, i in enumerate(ids):
             self.datas[i].xfrc_applied[:] = arr[k]
+
+    def add_qvel(self, dv: torch.Tensor, env_ids: torch.Tensor, dofs: Sequence[int]) -> None:
+        """Add ``dv`` to the selected velocities of each world's own data."""
+        values = dv.detach().cpu().numpy()
+        for k, i in enumerate(torch.as_tensor(env_ids).tolist()):
+            self.datas[i].qvel[list(dofs)] += values[k]
+        self._read()
 
     def step(self, ctrl: torch.Tensor, nstep: int | None = None) -> torch.Tensor:
         """Apply ``ctrl`` and call ``mj_step`` ``nstep`` times (default ``decimation``) per world;

@@ -79,7 +79,6 @@ import numpy as np
 import torch
 
 from robolearn.sim.backend import resolve_field
-from robolearn.sim.reference_backend import ReferenceBackend
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
@@ -937,27 +936,8 @@ def push_by_velocity(
     u = env.draw_uniform(env_ids, len(ids))
     lo, hi = torch.from_numpy(ranges[:, 0]), torch.from_numpy(ranges[:, 1])
     dv = lo + (hi - lo) * u
-    _add_qvel(env, env_ids, ids, dv)
+    env.sim.add_qvel(dv, env_ids, ids)
     env.record_drawn(name, env_ids, dv)
-
-
-def _add_qvel(env: BatchedEnv, env_ids: torch.Tensor, dofs: list[int], dv: torch.Tensor) -> None:
-    """``qvel[env_ids, dofs] += dv`` in the backend's state.
-
-    The MuJoCo backend's ``qvel`` is a live view of the integration state, so the in-place add is
-    the whole job; the reference backend hands out a stacked copy, refreshed after each step, so
-    its per-world ``MjData`` get the same add. A backend whose ``qvel`` is neither (a fresh copy per
-    access) would silently drop the push, hence the check.
-    """
-    qvel = env.sim.qvel
-    cols = torch.as_tensor(dofs, dtype=torch.long)
-    qvel[env_ids[:, None], cols[None, :]] += dv
-    sim = env.sim
-    if isinstance(sim, ReferenceBackend):
-        for k, i in enumerate(env_ids.tolist()):
-            sim.datas[i].qvel[dofs] += dv[k].numpy()
-    elif sim.qvel.data_ptr() != qvel.data_ptr():
-        raise NotImplementedError(f"push_by_velocity: backend {type(sim).__name__} does not expose a writable qvel")
 
 
 def _validate_push(env: BatchedEnv, where: str, **params: Any) -> None:
