@@ -32,7 +32,7 @@ returns-to-go (:meth:`Dataset.returns_to_go`, Cal-QL) and per-episode returns co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,38 @@ class WindowBatch:
     """True where the step is real data, False where it is padding, ``[B, H]`` bool."""
     index: torch.Tensor
     """Flat transition index of each step (padded steps point at the episode's last step), ``[B, H]``."""
+
+
+DatasetReader = Callable[..., "Dataset"]
+"""Reads a robolearn dataset file: ``(path, *, device, expect_obs_dim, expect_action_dim, task_id)``."""
+DatasetWriter = Callable[..., Path]
+"""Writes a dataset to a robolearn file: ``(dataset, path, *, compression, compression_level)``."""
+
+_FILE_IO: dict[str, Callable[..., Any]] = {}
+"""The reader and writer behind :meth:`Dataset.load` / :meth:`Dataset.save`.
+
+DESIGN.md: reading and writing live in the format modules and the container does not import them
+back, so the dependency runs one way (formats -> dataset). :mod:`robolearn.data.formats` installs
+its functions here when it is imported, and the package ``__init__`` always imports it, so
+importing any ``robolearn.data`` module makes ``load``/``save`` available.
+"""
+
+
+def register_file_io(*, read: DatasetReader, write: DatasetWriter) -> None:
+    """Install the robolearn-file reader and writer used by :meth:`Dataset.load` and :meth:`Dataset.save`."""
+    _FILE_IO["read"] = read
+    _FILE_IO["write"] = write
+
+
+def _file_io(kind: str) -> Callable[..., Any]:
+    try:
+        return _FILE_IO[kind]
+    except KeyError:
+        # Unreachable through ``import robolearn.data`` (its __init__ imports the formats module);
+        # says what to do if the container module is ever loaded on its own.
+        raise RuntimeError(
+            f"Dataset file I/O: no {kind}er installed; import robolearn.data (robolearn.data.formats installs it)"
+        ) from None
 
 
 def _groups(name: str, value: Any) -> dict[str, torch.Tensor]:
@@ -372,9 +404,7 @@ class Dataset:
         self, path: str | Path, *, compression: str | None = "gzip", compression_level: int | None = 4
     ) -> Path:
         """Write a robolearn HDF5 file atomically (see :func:`robolearn.data.formats.write_robolearn`)."""
-        from robolearn.data.formats import write_robolearn  # formats imports this module
-
-        return write_robolearn(self, path, compression=compression, compression_level=compression_level)
+        return _file_io("write")(self, path, compression=compression, compression_level=compression_level)
 
     @classmethod
     def load(
@@ -386,10 +416,10 @@ class Dataset:
         expect_action_dim: int | None = None,
         task_id: str | None = None,
     ) -> Dataset:
-        """Read a robolearn HDF5 file onto ``device``, validated against what the caller expects."""
-        from robolearn.data.formats import read_robolearn  # formats imports this module
-
-        return read_robolearn(
+        """Read a robolearn HDF5 file onto ``device``, validated against what the caller expects
+        (see :func:`robolearn.data.formats.read_robolearn`).
+        """
+        return _file_io("read")(
             path,
             device=device,
             expect_obs_dim=expect_obs_dim,

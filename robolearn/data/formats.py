@@ -10,9 +10,11 @@ robolearn file, format version 1 (chunked and compressed through h5py)::
     /episode_lengths [E] int64  (redundant with the flags; checked against them on read)
     /infos/<name>[/<name>...]   [N, ...]
 
-Writes are atomic: the file is built under a temporary name in the target's directory, flushed to
-disk, then moved over the target with ``os.replace``, so a crash or an exception midway leaves
-the target as it was (absent, or the previous file) and no temporary file behind.
+Writes are atomic: the file is built under a staging name in the target's directory
+(:mod:`robolearn.data.staging`), flushed to disk, then moved over the target with ``os.replace``,
+so a crash or an exception midway leaves the target as it was (absent, or the previous file). An
+exception removes the staging file at once; one left by a killed writer is removed by the next
+write of the same target. New files get the user's usual permissions (``0o666`` minus the umask).
 
 D4RL files (``observations``, ``actions``, ``rewards``, ``terminals``, ``timeouts``, optional
 ``next_observations``, ``infos/...``, ``metadata/...``): see :func:`read_d4rl` for how episode ends
@@ -22,7 +24,6 @@ and unknown next observations are handled.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -32,13 +33,17 @@ import h5py
 import numpy as np
 import torch
 
-from robolearn.data.dataset import Dataset, DatasetMetadata
+from robolearn.data.dataset import Dataset, DatasetMetadata, register_file_io
+from robolearn.data.staging import staging_path, sweep_stale
 from robolearn.data.validation import DatasetError, as_flags, as_tensor, check_finite
 
 FORMAT_NAME = "robolearn.dataset"
 """Value of the root ``format`` attribute of a robolearn dataset file."""
 FORMAT_VERSION = 1
 """Version of the robolearn file layout written by :func:`write_robolearn`; readers accept <= this."""
+
+COMPRESSIONS: tuple[str | None, ...] = ("gzip", "lzf", None)
+"""Compression filters :func:`write_robolearn` accepts (h5py's built-in ones that need no plugin)."""
 
 _CHUNK_BYTES = 1 << 20
 """Target chunk size: about 1 MiB keeps gzip fast and a partial read cheap."""
@@ -60,24 +65,42 @@ def _put(f: h5py.Group, name: str, t: torch.Tensor, compression: str | None, lev
     f.create_dataset(name, data=arr, chunks=_chunks(arr.shape, arr.itemsize) if arr.size else None, **opts)
 
 
+def _check_compression(compression: str | None, level: int | None) -> None:
+    # Checked before anything is written: h5py would only refuse them at the first array, with its own words.
+    if compression not in COMPRESSIONS:
+        raise DatasetError(
+            f"compression: unknown filter {compression!r}; valid choices: "
+            + ", ".join(repr(c) for c in COMPRESSIONS)
+        )
+    if compression == "gzip" and level is not None:
+        if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not 0 <= int(level) <= 9:
+            raise DatasetError(f"compression_level: gzip takes an integer 0-9 or None, got {level!r}")
+
+
 def write_robolearn(
     dataset: Dataset, path: str | Path, *, compression: str | None = "gzip", compression_level: int | None = 4
 ) -> Path:
     """Write ``dataset`` to ``path`` (format version :data:`FORMAT_VERSION`) atomically; return the path.
 
-    ``compression``: an h5py filter (``"gzip"``, ``"lzf"``) or None; ``compression_level``: gzip's
-    level 0-9. The parent directory is created if needed.
+    ``compression``: one of :data:`COMPRESSIONS`; ``compression_level``: gzip's level 0-9. The
+    parent directory is created if needed. The file gets the permissions of any new file (the
+    umask's), and staging files that killed writers left beside ``path`` are removed first
+    (:mod:`robolearn.data.staging`).
     """
+    _check_compression(compression, compression_level)
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a directory; a dataset is written to a file path")
+    metadata = dataset.metadata.to_json()  # raises on non-JSON extras before a file exists
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    sweep_stale(path)
+    tmp = staging_path(path)
     try:
-        with h5py.File(tmp, "w") as f:
+        # "w-" creates the file exclusively, with 0o666 minus the umask (not mkstemp's 0o600).
+        with h5py.File(tmp, "w-") as f:
             f.attrs["format"] = FORMAT_NAME
             f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["metadata"] = dataset.metadata.to_json()
+            f.attrs["metadata"] = metadata
             for key, group in (
                 ("observations", dataset.observations),
                 ("final_observations", dataset.final_observations),
@@ -353,3 +376,7 @@ def read_d4rl(
     if task_id and not dataset.metadata.task_id:
         dataset.metadata.task_id = task_id
     return dataset.to(device)
+
+
+# Dataset.load / Dataset.save delegate to these; the container never imports this module.
+register_file_io(read=read_robolearn, write=write_robolearn)

@@ -15,15 +15,15 @@ with ``observations[t]``; length-T infos are taken as they are.
 Export writes Minari's HDF5 storage with ``jpeg_encoding=False`` (lossless), our metadata as JSON
 under the ``robolearn_metadata`` key (so :func:`read_minari` restores it exactly) and the reference
 returns as Minari's ``ref_min_score`` / ``ref_max_score``. The dataset directory is built under a
-temporary name beside its target and renamed into place, so a failed export leaves no dataset
-directory, complete or partial (only the namespace folders it created, empty).
+staging name beside its target (:mod:`robolearn.data.staging`) and renamed into place, so a failed
+export leaves no dataset directory, complete or partial (only the namespace folders it created,
+empty); one left by a killed export is removed by the next export of the same id.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from robolearn.data.dataset import Dataset, DatasetMetadata
+from robolearn.data.staging import staging_path, sweep_stale
 from robolearn.data.validation import DatasetError
 from robolearn.types import OBS_GROUPS
 
@@ -248,7 +249,11 @@ def export_minari(
     if code_permalink:
         minari_meta["code_permalink"] = code_permalink
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    sweep_stale(target)
+    tmp = staging_path(target)
+    # os.mkdir applies the umask to 0o777, so the dataset directory gets the user's usual
+    # permissions once renamed (mkdtemp's would be 0o700).
+    os.mkdir(tmp)
     try:
         storage = MinariStorage.new(
             tmp / "data",
