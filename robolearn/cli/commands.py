@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -45,6 +44,7 @@ from robolearn.cli.config import (
     train_config_from_dict,
     train_config_to_dict,
 )
+from robolearn.runners.rollout import VideoSpec, rollout
 
 log = logging.getLogger(__name__)
 
@@ -245,9 +245,12 @@ def eval_command(overrides: list[str]) -> int:
     policy = load_policy(cfg.run, device=cfg.device)
     env = build_env(policy.cfg, cfg.num_envs, cfg.seed, device=cfg.device)
     try:
-        returns, lengths, frames = _rollout(env, policy.act, cfg)
+        result = rollout(env, policy.act, episodes=cfg.episodes, seed=cfg.seed, video=_video(env, cfg))
     finally:
         env.close()
+    if result.num_episodes == 0:
+        raise RuntimeError(f"no episode ended within {result.steps} steps")
+    returns, lengths = result.returns, result.lengths
     rows = [
         ["run", cfg.run],
         ["checkpoint", policy.checkpoint.name],
@@ -258,11 +261,11 @@ def eval_command(overrides: list[str]) -> int:
         ["min / max", f"{float(returns.min()):.2f} / {float(returns.max()):.2f}"],
         ["mean length", f"{float(lengths.double().mean()):.1f}"],
     ]
-    if frames:
+    if result.frames:
         from robolearn.logging import write_mp4
 
         path = Path(cfg.run) / "eval_cli.mp4"
-        write_mp4(path, frames, fps=1.0 / env.dt)
+        write_mp4(path, result.frames, fps=1.0 / env.dt)
         rows.append(["video", str(path)])
     _print_table(["", ""], rows, header=False)
     return 0
@@ -274,32 +277,17 @@ def _with_run(mapping: dict[str, Any]) -> dict[str, Any]:
     return mapping
 
 
-def _rollout(env: Any, act: Callable[[Any], torch.Tensor], cfg: EvalConfig) -> tuple[torch.Tensor, torch.Tensor, list]:
-    """Step until ``cfg.episodes`` episodes ended; also record world 0's first episode if asked."""
-    obs, _ = env.reset(seed=cfg.seed)
-    returns: list[torch.Tensor] = []
-    lengths: list[torch.Tensor] = []
-    frames: list[Any] = []
-    record = cfg.video
-    limit = (math.ceil(cfg.episodes / env.num_envs) + 1) * env.max_episode_length
-    for _ in range(limit):
-        if record and len(frames) < cfg.video_steps:
-            try:
-                frames.append(env.render([0], 320, 240)[0])
-            except Exception as exc:  # headless machine without EGL/OSMesa
-                log.warning("no video: rendering failed: %s", exc)
-                record = False
-        obs, _, terminated, truncated, info = env.step(act(obs))
-        if bool(terminated[0] or truncated[0]):
-            record = False
-        if "episode" in info:
-            returns.append(info["episode"]["return"])
-            lengths.append(info["episode"]["length"])
-            if sum(r.numel() for r in returns) >= cfg.episodes:
-                break
-    if not returns:
-        raise RuntimeError(f"no episode ended within {limit} steps")
-    return torch.cat(returns)[: cfg.episodes].double(), torch.cat(lengths)[: cfg.episodes], frames
+def _video(env: Any, cfg: EvalConfig) -> VideoSpec | None:
+    """World 0's first episode (``cfg.video_steps`` frames at most), if asked and rendering works here."""
+    if not cfg.video:
+        return None
+    spec = VideoSpec(320, 240, max_frames=cfg.video_steps)
+    try:  # one frame first: a headless machine without EGL/OSMesa gets a warning, not a failed eval
+        env.render([0], spec.width, spec.height, camera=spec.camera)
+    except Exception as exc:
+        log.warning("no video: rendering failed: %s", exc)
+        return None
+    return spec
 
 
 # -- export -----------------------------------------------------------------------------------
@@ -350,7 +338,7 @@ def data_entry(argv: list[str]) -> int:
         else:
             from robolearn.cli.recipe import build_command
 
-            build_command(to_dataclass(RecipeConfig, compose_config("recipe", argv[1:])))
+            build_command(to_dataclass(RecipeConfig, compose_config("recipe", argv[1:])), train_job)
     except DatasetError as exc:
         raise ConfigError(str(exc)) from exc
     return 0

@@ -13,6 +13,7 @@ A dataset file that exists is kept, so an interrupted build picks up where it st
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,15 @@ from robolearn.runners.collect import collect_episodes, noisy_policy, replay_epi
 
 log = logging.getLogger(__name__)
 
+TrainJob = Callable[[list[str]], object]
+"""Runs one training job from ``key=value`` overrides (``robolearn.cli.commands.train_job``).
 
-def _train(run: Path, task: str, steps: int, cfg: RecipeConfig) -> None:
+Handed in by the command rather than imported, so this module does not import the command
+module that imports it (no cycle)."""
+
+
+def _train(run: Path, task: str, steps: int, cfg: RecipeConfig, train_job: TrainJob) -> None:
     """Train (or resume, or keep) one behaviour run."""
-    from robolearn.cli.commands import train_job
-
     if (run / "summary.json").is_file():
         print(f"kept finished run {run}")
         return
@@ -64,15 +69,15 @@ def _returns(episodes: list[dict[str, Any]]) -> float:
     return float(torch.stack([torch.as_tensor(e["rewards"]).double().sum() for e in episodes]).mean())
 
 
-def build_task(task: str, cfg: RecipeConfig) -> dict[str, Path]:
-    """Build (or keep) every requested dataset of ``task``; return their paths."""
+def build_task(task: str, cfg: RecipeConfig, train_job: TrainJob) -> dict[str, Path]:
+    """Build (or keep) every requested dataset of ``task`` (behaviour runs trained with ``train_job``); return their paths."""
     folder = Path(cfg.root) / task
     runs = {"expert": folder / "runs" / "expert", "medium": folder / "runs" / "medium"}
     wanted = set(cfg.datasets)
     needs = {"expert": wanted & {"expert", "medium-expert"} or {"expert"}, "medium": wanted - {"random", "expert"}}
-    _train(runs["expert"], task, cfg.expert_env_steps, cfg)  # always: its return is the reference
+    _train(runs["expert"], task, cfg.expert_env_steps, cfg, train_job)  # always: its return is the reference
     if needs["medium"]:
-        _train(runs["medium"], task, cfg.medium_env_steps, cfg)
+        _train(runs["medium"], task, cfg.medium_env_steps, cfg, train_job)
     paths = {name: folder / f"{name}.h5" for name in (*cfg.datasets, "random", "expert")}
     # The references first: they come from the random and expert rollouts (built even if unrequested).
     episodes: dict[str, list[dict[str, Any]]] = {}
@@ -117,6 +122,6 @@ def build_task(task: str, cfg: RecipeConfig) -> dict[str, Path]:
     return {name: paths[name] for name in cfg.datasets}
 
 
-def build_command(cfg: RecipeConfig) -> dict[str, dict[str, Path]]:
-    """Build every task's datasets."""
-    return {task: build_task(task, cfg) for task in cfg.tasks}
+def build_command(cfg: RecipeConfig, train_job: TrainJob) -> dict[str, dict[str, Path]]:
+    """Build every task's datasets, training the behaviour runs with ``train_job``."""
+    return {task: build_task(task, cfg, train_job) for task in cfg.tasks}

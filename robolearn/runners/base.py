@@ -27,6 +27,7 @@ import torch
 
 from robolearn.logging import Logger, plot_learning_curve, write_mp4
 from robolearn.runners.checkpoint import CheckpointManager, rng_state, set_rng_state
+from robolearn.runners.rollout import VideoSpec, rollout
 
 log = logging.getLogger(__name__)
 
@@ -190,34 +191,20 @@ class BaseRunner:
         success rate of those episodes.
         """
         env = self.eval_env
-        obs, _ = env.reset(seed=env.seed)  # the same start states at every evaluation
-        steps = self.cfg.eval_steps or env.max_episode_length
-        total = torch.zeros(env.num_envs, dtype=torch.float64)
-        alive = torch.ones(env.num_envs, dtype=torch.bool)
-        success = torch.full((env.num_envs,), float("nan"), dtype=torch.float64)
-        frames = []
-        for _ in range(steps):
-            if video:
-                frames.append(env.render([0], *self.cfg.video_size, camera=self.cfg.video_camera)[0])
-            obs, reward, terminated, truncated, info = env.step(self.agent.act_inference(obs))
-            total += reward.double() * alive
-            episode = info.get("episode")
-            if episode is not None and "success" in episode:
-                ids = episode["env_ids"]
-                first = alive[ids]  # only each world's first episode counts
-                success[ids[first]] = episode["success"][first].double()
-            alive &= ~(terminated | truncated)
-            if not bool(alive.any()):
-                break
-        if frames:
-            write_mp4(self.run_dir / "eval.mp4", frames, fps=1.0 / env.dt)
-        value = float(total.mean())
-        self.last_eval = value
-        self.best_eval = max(self.best_eval, value)
-        out = {"eval/return": value, "eval/return_std": float(total.std()) if env.num_envs > 1 else 0.0}
-        judged = success[~torch.isnan(success)]
-        if judged.numel():
-            out["eval/success_rate"] = float(judged.mean())
+        width, height = self.cfg.video_size
+        result = rollout(
+            env,
+            self.agent.act_inference,
+            seed=env.seed,  # the same start states at every evaluation
+            max_steps=self.cfg.eval_steps,
+            video=VideoSpec(width, height, self.cfg.video_camera) if video else None,
+            inference=False,  # the eval env lives on (and is checkpointed, restored in place)
+        )
+        if result.frames:
+            write_mp4(self.run_dir / "eval.mp4", result.frames, fps=1.0 / env.dt)
+        out = result.summary("eval/")
+        self.last_eval = out["eval/return"]
+        self.best_eval = max(self.best_eval, self.last_eval)
         return out
 
     # -- checkpoints and the end of the run --------------------------------------------------

@@ -11,14 +11,13 @@ privileged critic or a teacher would see.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-Act = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
-"""A policy: observation groups ``[N, ...]`` to actions ``[N, A]``."""
+from robolearn.runners.rollout import Act, RolloutStep, rollout
 
 
 def collect_episodes(
@@ -69,31 +68,33 @@ def collect_episodes(
     ends: list[tuple[int, int, int, bool, dict[str, torch.Tensor]]] = []  # world, first, last, terminal, final obs
     kept_steps = 0
     bar = tqdm(total=episodes, desc="collecting", unit="ep", disable=not progress, leave=False)
-    with torch.inference_mode():
-        for t in range(limit):
-            action = act(obs)
-            for g in keep:
-                rec[f"obs/{g}"].append(obs[g].cpu())
-            next_obs, reward, terminated, truncated, info = env.step(action)
-            rec["actions"].append(action.detach().float().cpu())
-            rec["rewards"].append(reward.detach().double().cpu())
-            for name, values in info.get("drawn", {}).items():
-                drawn.setdefault(name, []).append(values.cpu())
-            if "episode" in info:
-                final = info["final_obs"]
-                for i in info["episode"]["env_ids"].tolist():
-                    last_obs = {g: final[g][i].cpu().clone() for g in keep}
-                    if len(ends) < target_eps and kept_steps < target_steps:
-                        ends.append((i, int(start[i]), t, bool(terminated[i]), last_obs))
-                        kept_steps += t + 1 - int(start[i])
-                    start[i] = t + 1
-                bar.update(min(len(info["episode"]["env_ids"]), max(episodes - bar.n, 0)))
-                if len(ends) >= target_eps or kept_steps >= target_steps:
-                    break
-            obs = next_obs
-        else:
-            raise RuntimeError(f"only {len(ends)} episodes ({kept_steps} transitions) ended within {limit} control steps")
+
+    def record(step: RolloutStep) -> bool:
+        """Append the step to the time-major record; cut out the episodes that ended."""
+        nonlocal kept_steps
+        for g in keep:
+            rec[f"obs/{g}"].append(step.obs[g].cpu())
+        rec["actions"].append(step.action.detach().float().cpu())
+        rec["rewards"].append(step.reward.detach().double().cpu())
+        for name, values in step.info.get("drawn", {}).items():
+            drawn.setdefault(name, []).append(values.cpu())
+        if not step.done_ids.numel():
+            return False
+        final = step.info["final_obs"]
+        for i in step.done_ids.tolist():
+            if len(ends) < target_eps and kept_steps < target_steps:
+                last_obs = {g: final[g][i].cpu().clone() for g in keep}
+                ends.append((i, int(start[i]), step.t, bool(step.terminated[i]), last_obs))
+                kept_steps += step.t + 1 - int(start[i])
+            start[i] = step.t + 1
+        bar.update(min(step.done_ids.numel(), max(episodes - bar.n, 0)))
+        return len(ends) >= target_eps or kept_steps >= target_steps
+
+    # The record decides when to stop (episodes or transitions), not rollout's own episode count.
+    rollout(env, act, episodes=1 << 62, max_steps=limit, reset=False, on_step=record)
     bar.close()
+    if len(ends) < target_eps and kept_steps < target_steps:
+        raise RuntimeError(f"only {len(ends)} episodes ({kept_steps} transitions) ended within {limit} control steps")
     stacked = {k: torch.stack(v) for k, v in rec.items()}  # [T, N, ...]
     stacked_drawn = {k: torch.stack(v) for k, v in drawn.items()}
     out = []
