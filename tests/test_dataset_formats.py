@@ -328,3 +328,45 @@ def test_minari_dict_observations_need_a_group_map(tmp_path, monkeypatch, minari
         read_minari("test/goal-v0")
     ds = read_minari("test/goal-v0", group_map={"observation": "policy", "desired_goal": "privileged"})
     assert ds.obs_dims == {"policy": 4, "privileged": 2} and ds.metadata.task_id == ""
+
+
+def test_d4rl_reader_names_the_file_it_cannot_read(tmp_path):
+    junk = tmp_path / "hopper-medium-v2.hdf5"
+    junk.write_bytes(b"<html>404 Not Found</html>")  # what a failed download leaves
+    with pytest.raises(DatasetError, match=f"{junk}: not a readable HDF5 file"):
+        read_d4rl(junk)
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'absent.hdf5'}: no such dataset file"):
+        read_d4rl(tmp_path / "absent.hdf5")
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path}: is a directory, not a dataset file"):
+        read_d4rl(tmp_path)
+    ours = our_dataset().save(tmp_path / "ours.h5")
+    with pytest.raises(DatasetError, match=f"{ours} is a robolearn dataset file, not a D4RL one; read it with Dataset.load"):
+        read_d4rl(ours)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("hdf5 junk", r"test/broken-v0: {data}/main_data.hdf5 is not a readable HDF5 file"),
+        ("hdf5 missing", r"test/broken-v0: Minari cannot open {data} \(ValueError: No data found"),
+        ("metadata junk", r"test/broken-v0: Minari cannot open {data} \(JSONDecodeError: "),
+        ("metadata list", r"test/broken-v0: Minari cannot open {data} \(AttributeError: "),
+        ("episode missing", r"test/broken-v0: Minari cannot read the episodes in {data} \(KeyError: "),
+    ],
+)
+def test_minari_reader_names_the_dataset_it_cannot_read(tmp_path, minari, damage, message):
+    data = export_minari(our_dataset(), "test/broken-v0", root=tmp_path) / "data"
+    main = data / "main_data.hdf5"
+    if damage == "hdf5 junk":
+        main.write_bytes(b"not an HDF5 file")
+    elif damage == "hdf5 missing":
+        main.unlink()
+    elif damage == "metadata junk":
+        (data / "metadata.json").write_text("{truncated")
+    elif damage == "metadata list":
+        (data / "metadata.json").write_text("[1]")
+    else:
+        with h5py.File(main, "a") as f:
+            del f["episode_1"]
+    with pytest.raises(DatasetError, match=message.format(data=data)):
+        read_minari("test/broken-v0", root=tmp_path)

@@ -152,6 +152,8 @@ def _read_tree(f: h5py.Group, name: str, where: str) -> dict[str, np.ndarray]:
 
 def _open(path: str | Path) -> h5py.File:
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a directory, not a dataset file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such dataset file")
     try:
@@ -266,6 +268,8 @@ def read_d4rl(
     """
     where = str(path)
     with _open(path) as f:
+        if f.attrs.get("format") == FORMAT_NAME:
+            raise DatasetError(f"format: {where} is a robolearn dataset file, not a D4RL one; read it with Dataset.load")
         raw = {k: _read(f, k, where) for k in ("observations", "actions", "rewards", "terminals")}
         raw_timeouts = _read(f, "timeouts", where, required=False)
         raw_next = _read(f, "next_observations", where, required=False)

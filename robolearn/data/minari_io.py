@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 
@@ -37,6 +38,9 @@ from robolearn.data.validation import DatasetError
 from robolearn.types import OBS_GROUPS
 
 _META_KEY = "robolearn_metadata"
+
+_MINARI_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError)
+"""What Minari raises on a damaged dataset directory (it does not wrap h5py's, json's or its own)."""
 
 
 def _minari() -> Any:
@@ -89,10 +93,14 @@ def read_minari(
             f"Minari dataset {dataset_id!r} not found under the local root {base} (looked for {data_path}); "
             f"robolearn never downloads: fetch it first (`minari download {dataset_id}`) or pass root="
         )
+    main = data_path / "main_data.hdf5"
+    if main.is_file() and not h5py.is_hdf5(main):
+        # Minari would fail at the first episode with h5py's words and no file name.
+        raise DatasetError(f"{dataset_id}: {main} is not a readable HDF5 file")
     try:
         mds = minari.MinariDataset(str(data_path))
-    except (ValueError, KeyError, AssertionError) as e:  # Minari's own checks of its metadata
-        raise DatasetError(f"{dataset_id}: Minari cannot open {data_path} ({e})") from e
+    except _MINARI_ERRORS as e:  # Minari's own checks of its metadata, or a metadata.json it cannot parse
+        raise DatasetError(f"{dataset_id}: Minari cannot open {data_path} ({type(e).__name__}: {e})") from e
     raw_meta = mds.storage.metadata
     mapping = dict(group_map or {})
 
@@ -110,8 +118,22 @@ def read_minari(
             raise DatasetError(f"episode {e}: observations: Tuple observation spaces are not supported")
         return {mapping.get("policy", "policy"): obs}
 
+    def minari_episodes() -> Iterator[Any]:
+        # Only Minari's own reading is translated; errors of ours raised below pass unchanged.
+        it = iter(mds.iterate_episodes())
+        while True:
+            try:
+                ep = next(it)
+            except StopIteration:
+                return
+            except _MINARI_ERRORS as err:
+                raise DatasetError(
+                    f"{dataset_id}: Minari cannot read the episodes in {data_path} ({type(err).__name__}: {err})"
+                ) from err
+            yield ep
+
     def episodes() -> Iterator[dict[str, Any]]:
-        for e, ep in enumerate(mds.iterate_episodes()):
+        for e, ep in enumerate(minari_episodes()):
             t = len(ep.rewards)
             ep_infos: dict[str, Any] = {}
             for k, v in _flatten("", ep.infos or {}) if infos else ():
