@@ -23,6 +23,7 @@ from robolearn.envs.managers import (
     RewardManager,
     TerminationManager,
 )
+from robolearn.envs.sync import check_finite, host_count, host_nonzero
 from robolearn.sim import compile_model, load_spec, make_backend
 from robolearn.types import Obs
 from robolearn.utils.rng import WorldRNG
@@ -69,8 +70,6 @@ class BatchedEnv:
         if seed is None:
             seed = int(np.random.SeedSequence().entropy % (2**63))
         self.seed = int(seed)
-        self.rng = WorldRNG(self.seed, self.num_envs)
-        self.all_ids = torch.arange(self.num_envs)
 
         spec = load_spec(cfg.mjcf)
         ActionManager.edit_spec(spec, cfg.actions)
@@ -93,15 +92,20 @@ class BatchedEnv:
             nthread=nthread,
             data_fields=tuple(dict.fromkeys((*cfg.data_fields, *cfg.prev_fields))),
         )
+        # After the backend, which refuses a device it cannot run on before anything is allocated there.
+        self.rng = WorldRNG(self.seed, self.num_envs, self.device)
+        self.all_ids = torch.arange(self.num_envs, device=self.device)
         self.physics_dt = float(self.model.opt.timestep)
         self.dt = self.physics_dt * cfg.decimation
         self.max_episode_length = int(cfg.episode_length)
-        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long)
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         self.num_diverged = 0
 
-        self.action_manager = ActionManager(self.model, cfg.actions)
+        self.action_manager = ActionManager(self.model, cfg.actions, self.device)
         self.action_dim = self.action_manager.dim
-        self.action = torch.zeros(self.num_envs, self.action_dim, dtype=torch.float64)
+        self.action = torch.zeros(self.num_envs, self.action_dim, dtype=torch.float64, device=self.device)
+        self.default_qpos = torch.as_tensor(self.model.qpos0, dtype=torch.float64, device=self.device)
+        """The model's ``qpos0`` on the env's device."""
         self.prev_action = torch.zeros_like(self.action)
         self.ctrl_low, self.ctrl_high = self._action_bounds()
         # Positions before the current step, for finite-difference velocities (as Gymnasium).
@@ -128,7 +132,7 @@ class BatchedEnv:
         """Reset every world (re-seeding the streams if ``seed`` is given); return ``(obs, info)``."""
         if seed is not None:
             self.seed = int(seed)
-            self.rng = WorldRNG(self.seed, self.num_envs)
+            self.rng = WorldRNG(self.seed, self.num_envs, self.device)
         self._reset_worlds(self.all_ids)
         self._obs = self.observation_manager.compute()
         return self._obs, {}
@@ -159,12 +163,15 @@ class BatchedEnv:
         if self.drawn:  # the values this step ran under (tables are copy-on-write, see record_drawn)
             info["drawn"] = dict(self.drawn)
         done = terminated | truncated | diverged
-        if bool(done.any()):
-            ids = torch.nonzero(done).flatten()
-            if bool(diverged.any()):
-                # MuJoCo already put a diverged world back to its defaults; its step is void, so it
-                # ends as a truncation with zero reward and a warning, never a crash or a NaN.
-                n = int(diverged.sum())
+        # The one host sync of a step (robolearn.envs.sync): which worlds reset, if any.
+        ids = host_nonzero(done)
+        if ids is not None:
+            # Rewards and done flags of diverged worlds change only here, where some world is done
+            # (a diverged world is done), so the plain step path carries no extra tensor work.
+            # MuJoCo already put a diverged world back to its defaults; its step is void, so it
+            # ends as a truncation with zero reward and a warning, never a crash or a NaN.
+            n = host_count(diverged)
+            if n:
                 self.num_diverged += n
                 log.warning("%d world(s) of %s diverged (MuJoCo instability); reset them", n, self.task_id)
                 reward = torch.where(diverged, torch.zeros_like(reward), reward)
@@ -183,9 +190,9 @@ class BatchedEnv:
 
         The episode counters are left alone, as Gymnasium's ``set_state`` leaves its time limit.
         """
-        ids = self.all_ids if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long).flatten()
-        qpos = torch.as_tensor(qpos, dtype=torch.float64).reshape(ids.numel(), -1)
-        qvel = torch.as_tensor(qvel, dtype=torch.float64).reshape(ids.numel(), -1)
+        ids = self.all_ids if env_ids is None else torch.as_tensor(env_ids, dtype=torch.long, device=self.device).flatten()
+        qpos = torch.as_tensor(qpos, dtype=torch.float64, device=self.device).reshape(ids.numel(), -1)
+        qvel = torch.as_tensor(qvel, dtype=torch.float64, device=self.device).reshape(ids.numel(), -1)
         if qpos.shape[1] != self.model.nq or qvel.shape[1] != self.model.nv:
             raise ValueError(
                 f"set_state: expected qpos [{ids.numel()}, {self.model.nq}] and qvel [{ids.numel()}, {self.model.nv}], "
@@ -228,12 +235,12 @@ class BatchedEnv:
             )
         self.sim.load_state_dict(state["sim"])
         self.episode_length.copy_(state["episode_length"])
-        self.action = state["action"].clone()
-        self.prev_action = state["prev_action"].clone()
+        self.action = state["action"].to(self.device, copy=True)
+        self.prev_action = state["prev_action"].to(self.device, copy=True)
         self.prev_qpos.copy_(state["prev_qpos"])
         for k, v in state.get("prev", {}).items():
             self.prev[k].copy_(v)
-        self.drawn = {k: v.clone() for k, v in state.get("drawn", {}).items()}
+        self.drawn = {k: v.to(self.device, copy=True) for k, v in state.get("drawn", {}).items()}
         self.rng.load_state_dict(state["rng"])
         self.reward_manager.episode_sums.copy_(state["episode_sums"])
         for k, v in state["commands"].items():
@@ -242,8 +249,8 @@ class BatchedEnv:
             self.command_manager.timers[k].copy_(v)
         for k, v in state["event_timers"].items():
             self.event_manager.timers[k].copy_(v)
-        self.observation_manager._history = {k: v.clone() for k, v in state["history"].items()}
-        self._obs = {k: v.clone() for k, v in state["obs"].items()}
+        self.observation_manager._history = {k: v.to(self.device, copy=True) for k, v in state["history"].items()}
+        self._obs = {k: v.to(self.device, copy=True) for k, v in state["obs"].items()}
         self.num_diverged = int(state["num_diverged"])
         saved = state.get("models", {})
         if set(saved) != set(self.model_states):
@@ -273,10 +280,10 @@ class BatchedEnv:
         """Store values drawn for worlds ``env_ids`` under ``name`` (``[len(env_ids), k]`` or
         ``[len(env_ids)]``); the first call fixes the width. Other worlds keep theirs.
         """
-        values = torch.as_tensor(values, dtype=torch.float64).reshape(env_ids.numel(), -1)
+        values = torch.as_tensor(values, dtype=torch.float64, device=self.device).reshape(env_ids.numel(), -1)
         table = self.drawn.get(name)
         if table is None:
-            table = torch.zeros(self.num_envs, values.shape[1], dtype=torch.float64)
+            table = torch.zeros(self.num_envs, values.shape[1], dtype=torch.float64, device=self.device)
         elif table.shape[1] != values.shape[1]:
             raise ValueError(f"record_drawn({name!r}): expected {table.shape[1]} values per world, got {values.shape[1]}")
         else:
@@ -287,12 +294,17 @@ class BatchedEnv:
         self.drawn[name] = table
 
     def draw_uniform(self, env_ids: torch.Tensor, size: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
-        """Uniform draws ``[len(env_ids), size]`` from those worlds' own streams (float64)."""
-        return torch.from_numpy(self.rng.uniform(env_ids.numpy(), size, low, high))
+        """Uniform draws ``[len(env_ids), size]`` in ``[low, high)`` from those worlds' own streams
+        (float64, on the env's device). Pass ``env.all_ids`` itself for every world: that object
+        takes the gather-free path.
+        """
+        return self.rng.uniform(None if env_ids is self.all_ids else env_ids, size, low, high)
 
     def draw_normal(self, env_ids: torch.Tensor, size: int, std: float = 1.0) -> torch.Tensor:
-        """Gaussian draws ``[len(env_ids), size]`` from those worlds' own streams (float64)."""
-        return torch.from_numpy(self.rng.normal(env_ids.numpy(), size, std))
+        """Gaussian draws ``[len(env_ids), size]`` from those worlds' own streams (float64, on the
+        env's device); ``env.all_ids`` as for :meth:`draw_uniform`.
+        """
+        return self.rng.normal(None if env_ids is self.all_ids else env_ids, size, std)
 
     def draw_noise(self, env_ids: torch.Tensor, kind: str, scale: float, size: int) -> torch.Tensor:
         """Observation noise of ``kind`` (``uniform`` or ``gaussian``) for ``env_ids``."""
@@ -375,7 +387,7 @@ class BatchedEnv:
         self._prev_ctrl: torch.Tensor | None = None
         if self.control_jitter is not None:
             # What a world holds before its first command arrives: the control of a zero action.
-            self._default_ctrl = am.process(torch.zeros(1, self.action_dim, dtype=torch.float64)).clone()
+            self._default_ctrl = am.process(torch.zeros(1, self.action_dim, dtype=torch.float64, device=self.device)).clone()
             self._prev_ctrl = self._default_ctrl.expand(self.num_envs, -1).clone()
 
     def _step_substeps(self, ctrl: torch.Tensor) -> torch.Tensor:
@@ -391,9 +403,11 @@ class BatchedEnv:
             self._prev_ctrl = ctrl.clone()  # ctrl may be the action manager's reused buffer
         diverged: torch.Tensor | None = None
         if late is not None and not am.actuated:
-            # Between two distinct values of `late` every world's control is fixed, so the physics
-            # runs in at most (distinct values + 1) calls, not one per substep.
-            cuts = sorted({0, n, *late.unique().tolist()})
+            # Between two possible values of `late` every world's control is fixed, so the physics
+            # runs in max_substeps + 1 calls, not one per substep. The cuts are every value `late`
+            # can take, not those it took: no host sync, and with more than a few worlds every value
+            # occurs anyway.
+            cuts = sorted({0, n, *range(1, self.control_jitter.max_substeps + 1)})  # type: ignore[union-attr]
             segments = list(zip(cuts[:-1], cuts[1:], strict=True))
         else:
             segments = [(s, s + 1) for s in range(n)]
@@ -447,11 +461,8 @@ class BatchedEnv:
             raise ValueError(f"action: expected shape {expected} (num_envs, action_dim), got {tuple(action.shape)}")
         if not action.is_floating_point():
             raise TypeError(f"action: expected a floating-point dtype, got {action.dtype}")
-        # NumPy's isfinite on the shared buffer costs a fraction of torch's op at these sizes.
-        finite = np.isfinite(action.detach().numpy()).all() if action.device.type == "cpu" else bool(torch.isfinite(action).all())
-        if not finite:
-            bad = torch.nonzero(~torch.isfinite(action))[0].tolist()
-            raise ValueError(f"action: non-finite value {action[bad[0], bad[1]].item()} at world {bad[0]}, index {bad[1]}")
+        action = action.detach().to(self.device)
+        check_finite(action, "action")
         return action
 
     def _action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -459,10 +470,10 @@ class BatchedEnv:
         am = self.action_manager
         lo = np.full(am.dim, -np.inf)
         hi = np.full(am.dim, np.inf)
-        idx = am.index.numpy()
+        idx = am.index.cpu().numpy()  # build time: bounds come from the host-side model
         limited = self.model.actuator_ctrllimited[idx].astype(bool)
         rng = self.model.actuator_ctrlrange[idx]
-        scale, offset = am.scale.numpy(), am.offset.numpy()
+        scale, offset = am.scale.cpu().numpy(), am.offset.cpu().numpy()
         with np.errstate(divide="ignore", invalid="ignore"):
             a = (rng[:, 0] - offset) / scale
             b = (rng[:, 1] - offset) / scale
@@ -472,7 +483,7 @@ class BatchedEnv:
             # The action of a modelled term is a joint target, not a motor command: bound it by the
             # joint's range (where the joint has one), mapped back through scale and offset.
             cols = np.arange(am.dim)[am.term_slices[act.name]]
-            jnt = self.model.actuator_trnid[act.ctrl_ids.numpy(), 0]
+            jnt = self.model.actuator_trnid[act.ctrl_ids.cpu().numpy(), 0]
             jlim = self.model.jnt_limited[jnt].astype(bool)
             jrng = self.model.jnt_range[jnt]
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -480,4 +491,4 @@ class BatchedEnv:
                 b = (jrng[:, 1] - offset[cols]) / scale[cols]
             lo[cols] = np.where(jlim, np.minimum(a, b), -np.inf)
             hi[cols] = np.where(jlim, np.maximum(a, b), np.inf)
-        return torch.from_numpy(lo), torch.from_numpy(hi)
+        return torch.from_numpy(lo).to(self.device), torch.from_numpy(hi).to(self.device)

@@ -82,6 +82,9 @@ class ActionDelayModel(Protocol):
 class ControlJitterState(ModelState, Protocol):
     """Draws, per control step and world, how many physics substeps the new control comes late."""
 
+    max_substeps: int
+    """The most substeps a control can come late (the env splits the physics at each possible value)."""
+
     def draw(self) -> torch.Tensor:
         """Late substeps ``[N]`` (int64, each in ``[0, decimation]``) for this control step."""
         ...

@@ -25,15 +25,16 @@ from robolearn.envs.cfg import (
     RewardTerm,
     TerminationTerm,
 )
+from robolearn.envs.sync import host_nonzero
 from robolearn.types import DEPLOYABLE_GROUPS, OBS_GROUPS
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
 
 
-def _vector(value: Any, n: int, name: str) -> torch.Tensor:
-    """A scalar or length-``n`` sequence as a float64 ``[n]`` tensor, or an error naming ``name``."""
-    t = torch.as_tensor(value, dtype=torch.float64).flatten()
+def _vector(value: Any, n: int, name: str, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A scalar or length-``n`` sequence as a float64 ``[n]`` tensor on ``device``, or an error naming ``name``."""
+    t = torch.as_tensor(value, dtype=torch.float64, device=device).flatten()
     if t.numel() == 1:
         return t.expand(n).clone()
     if t.numel() != n:
@@ -46,6 +47,8 @@ class _Actuated:
     """An action term whose joint efforts an actuator model computes in Python."""
 
     name: str
+    term: ActionTerm
+    """Its config."""
     ctrl_ids: torch.Tensor
     """Its actuators' columns of ``ctrl``."""
     qpos_ids: torch.Tensor | slice
@@ -149,7 +152,7 @@ class ObservationManager:
                     got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                     raise ValueError(f"{where}: expected a tensor [num_envs={env.num_envs}, ...], got {got}")
                 dim = int(value[0].numel())
-                scale = None if term.scale is None else _vector(term.scale, dim, f"{where}.scale")
+                scale = None if term.scale is None else _vector(term.scale, dim, f"{where}.scale", env.device)
                 if term.noise is not None and term.noise.kind not in ("uniform", "gaussian"):
                     raise ValueError(f"{where}.noise.kind: expected 'uniform' or 'gaussian', got {term.noise.kind!r}")
                 slots.append(_ObsSlot(tname, term, dim, scale))
@@ -244,9 +247,13 @@ class ObservationManager:
 class ActionManager:
     """Maps the ``[N, A]`` action to MuJoCo controls ``[N, nu]`` (scale, offset, clip)."""
 
-    def __init__(self, model: mujoco.MjModel, terms: dict[str, ActionTerm]) -> None:
-        """Resolve actuator names; the control vector is filled at the resolved actuator indices."""
+    def __init__(self, model: mujoco.MjModel, terms: dict[str, ActionTerm], device: torch.device | str = "cpu") -> None:
+        """Resolve actuator names; the control vector is filled at the resolved actuator indices.
+
+        The resolution reads the host-side model once; every tensor it leaves is on ``device``.
+        """
         self.terms = terms
+        self.device = torch.device(device)
         self.nu = model.nu
         index: list[int] = []
         scales, offsets, lows, highs = [], [], [], []
@@ -273,18 +280,22 @@ class ActionManager:
         if len(set(index)) != len(index):
             raise ValueError("actions: an actuator is driven by more than one action term")
         self.dim = len(index)
-        self.index = torch.as_tensor(index, dtype=torch.long)
+        self.index = torch.as_tensor(index, dtype=torch.long, device=self.device)
         self.identity = index == list(range(self.nu))
-        self.scale = torch.cat(scales)
-        self.offset = torch.cat(offsets)
-        self.low, self.high = torch.cat(lows), torch.cat(highs)
+        self.scale = torch.cat(scales).to(self.device)
+        self.offset = torch.cat(offsets).to(self.device)
+        self.low, self.high = torch.cat(lows).to(self.device), torch.cat(highs).to(self.device)
         self.trivial_scale = bool((self.scale == 1).all() and (self.offset == 0).all())
         self.clipped = bool(torch.isfinite(self.low).any() or torch.isfinite(self.high).any())
         self._ctrl: torch.Tensor | None = None
-        self.actuated = [_actuated(model, name, term) for name, term in terms.items() if term.actuator is not None]
+        self.actuated = [
+            _actuated(model, name, term, self.device) for name, term in terms.items() if term.actuator is not None
+        ]
         """Terms with an actuator model; their states are built by :meth:`build_actuators`."""
         # One modelled term on every actuator in model order: its efforts are the whole ctrl.
-        self._actuates_all = len(self.actuated) == 1 and self.actuated[0].ctrl_ids.tolist() == list(range(self.nu))
+        self._actuates_all = len(self.actuated) == 1 and _actuator_ids(
+            model, self.actuated[0].term, self.actuated[0].name
+        ) == list(range(self.nu))
 
     def build_actuators(self, env: BatchedEnv) -> None:
         """Build each actuator model's per-env state (before the env's first reset draws gains)."""
@@ -320,7 +331,7 @@ class ActionManager:
         if self.identity:
             return a
         if self._ctrl is None or self._ctrl.shape[0] != a.shape[0]:
-            self._ctrl = torch.zeros(a.shape[0], self.nu, dtype=torch.float64)
+            self._ctrl = torch.zeros(a.shape[0], self.nu, dtype=torch.float64, device=a.device)
         self._ctrl[:, self.index] = a
         return self._ctrl
 
@@ -349,14 +360,14 @@ class ActionManager:
                 act.gear[0] = 1.0
 
 
-def _index(ids: np.ndarray) -> torch.Tensor | slice:
+def _index(ids: np.ndarray, device: torch.device) -> torch.Tensor | slice:
     """Column indices as a slice when they are consecutive and ascending, else as a tensor."""
     if ids.size and (np.diff(ids) == 1).all():
         return slice(int(ids[0]), int(ids[-1]) + 1)
-    return torch.as_tensor(ids, dtype=torch.long)
+    return torch.as_tensor(ids, dtype=torch.long, device=device)
 
 
-def _actuated(model: mujoco.MjModel, name: str, term: ActionTerm) -> _Actuated:
+def _actuated(model: mujoco.MjModel, name: str, term: ActionTerm, device: torch.device) -> _Actuated:
     """Check that term ``name`` can carry an actuator model and resolve its joints."""
     where = f"actions.{name}.actuator"
     if not callable(getattr(term.actuator, "build", None)):
@@ -385,10 +396,13 @@ def _actuated(model: mujoco.MjModel, name: str, term: ActionTerm) -> _Actuated:
     jnt = model.actuator_trnid[ids, 0]
     return _Actuated(
         name=name,
-        ctrl_ids=torch.as_tensor(ids, dtype=torch.long),
-        qpos_ids=_index(model.jnt_qposadr[jnt]),
-        dof_ids=_index(model.jnt_dofadr[jnt]),
-        gain=torch.as_tensor(model.actuator_gear[ids, 0] * model.actuator_gainprm[ids, 0], dtype=torch.float64),
+        term=term,
+        ctrl_ids=torch.as_tensor(ids, dtype=torch.long, device=device),
+        qpos_ids=_index(model.jnt_qposadr[jnt], device),
+        dof_ids=_index(model.jnt_dofadr[jnt], device),
+        gain=torch.as_tensor(
+            model.actuator_gear[ids, 0] * model.actuator_gainprm[ids, 0], dtype=torch.float64, device=device
+        ),
     )
 
 
@@ -415,14 +429,14 @@ class RewardManager:
         self.env = env
         self.terms = {k: t for k, t in terms.items() if t.weight != 0.0}
         self.names = list(self.terms)
-        self.weights = torch.tensor([t.weight for t in self.terms.values()], dtype=torch.float64)
-        self.episode_sums = torch.zeros(env.num_envs, len(self.names), dtype=torch.float64)
+        self.weights = torch.tensor([t.weight for t in self.terms.values()], dtype=torch.float64, device=env.device)
+        self.episode_sums = torch.zeros(env.num_envs, len(self.names), dtype=torch.float64, device=env.device)
 
     def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Reward ``[N]`` and the weighted per-term values ``[N, T]``."""
         env = self.env
         if not self.names:
-            zeros = torch.zeros(env.num_envs, dtype=torch.float64)
+            zeros = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
             return zeros, zeros.unsqueeze(1)[:, :0]
         raw = torch.stack([t.func(env, **t.params) for t in self.terms.values()], dim=1)
         weighted = raw * self.weights
@@ -475,7 +489,7 @@ class EventManager:
             if term.mode == "interval" and not 0 < lo <= hi:
                 raise ValueError(f"events.{name}.interval_range_s: expected 0 < low <= high, got {term.interval_range_s}")
         self.by_mode = {m: {k: t for k, t in terms.items() if t.mode == m} for m in ("startup", "reset", "interval")}
-        self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64) for k in self.by_mode["interval"]}
+        self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64, device=env.device) for k in self.by_mode["interval"]}
 
     def apply(self, mode: str, env_ids: torch.Tensor) -> None:
         """Run every event of ``mode`` on ``env_ids``."""
@@ -494,8 +508,8 @@ class EventManager:
         for name, term in self.by_mode["interval"].items():
             timer = self.timers[name]
             timer -= dt
-            due = torch.nonzero(timer <= 0).flatten()
-            if due.numel():
+            due = host_nonzero(timer <= 0)  # a host sync: the event draws for the due worlds only
+            if due is not None:
                 term.func(self.env, due, **term.params)
                 self._rearm(name, due)
 
@@ -507,8 +521,8 @@ class CommandManager:
         """Allocate command buffers and timers."""
         self.env = env
         self.terms = terms
-        self.values = {k: torch.zeros(env.num_envs, t.dim, dtype=torch.float64) for k, t in terms.items()}
-        self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64) for k in terms}
+        self.values = {k: torch.zeros(env.num_envs, t.dim, dtype=torch.float64, device=env.device) for k, t in terms.items()}
+        self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64, device=env.device) for k in terms}
 
     def resample(self, name: str, env_ids: torch.Tensor) -> None:
         """Draw fresh commands and timers for ``env_ids``."""
@@ -532,6 +546,6 @@ class CommandManager:
         for name in self.terms:
             timer = self.timers[name]
             timer -= dt
-            due = torch.nonzero(timer <= 0).flatten()
-            if due.numel():
+            due = host_nonzero(timer <= 0)  # a host sync, as in EventManager.step
+            if due is not None:
                 self.resample(name, due)

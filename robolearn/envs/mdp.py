@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import mujoco
-import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ def camera_image(env: BatchedEnv, camera: str | int = -1, width: int = 64, heigh
     milliseconds per world and step: use small images and few worlds.
     """
     frames = env.render(list(range(env.num_envs)), width=width, height=height, camera=camera)
-    return torch.from_numpy(frames).to(torch.float32).div_(255.0)
+    return torch.from_numpy(frames).to(env.device, torch.float32).div_(255.0)
 
 
 def command(env: BatchedEnv, name: str) -> torch.Tensor:
@@ -147,7 +146,7 @@ def drawn(env: BatchedEnv, names: list[str] | tuple[str, ...] | None = None) -> 
     if missing:
         raise ValueError(f"drawn: no values drawn under {missing}; drawn so far: {sorted(env.drawn)}")
     if not keys:
-        return torch.zeros(env.num_envs, 0, dtype=torch.float64)
+        return torch.zeros(env.num_envs, 0, dtype=torch.float64, device=env.device)
     return torch.cat([env.drawn[k] for k in keys], dim=1)
 
 
@@ -171,7 +170,7 @@ def action_l2(env: BatchedEnv) -> torch.Tensor:
 
 def alive(env: BatchedEnv) -> torch.Tensor:
     """1 for every world, every step."""
-    return torch.ones(env.num_envs, dtype=torch.float64)
+    return torch.ones(env.num_envs, dtype=torch.float64, device=env.device)
 
 
 def body_distance(env: BatchedEnv, body: str, reference: str) -> torch.Tensor:
@@ -214,10 +213,6 @@ def is_healthy(
 def non_finite_state(env: BatchedEnv) -> torch.Tensor:
     """True where ``qpos`` or ``qvel`` holds NaN or inf."""
     qpos, qvel = env.sim.qpos, env.sim.qvel
-    if qpos.device.type == "cpu":
-        # NumPy on the strided state views is several times faster than torch's small kernels.
-        ok = np.isfinite(qpos.numpy()).all(axis=1) & np.isfinite(qvel.numpy()).all(axis=1)
-        return torch.from_numpy(~ok)
     return ~(torch.isfinite(qpos).all(dim=1) & torch.isfinite(qvel).all(dim=1))
 
 
@@ -231,13 +226,11 @@ def height_in_range(
     """True where ``qpos[z_index]`` lies in ``z_range`` ``[N]`` bool: Gymnasium's healthy rule for
     Ant (``closed=True``, ``finite_state=True``: every qpos/qvel entry finite) and Humanoid (open).
     """
-    qpos = env.sim.qpos
-    z = qpos.numpy()[:, z_index] if qpos.device.type == "cpu" else qpos[:, z_index]  # see non_finite_state
+    z = env.sim.qpos[:, z_index]
     if closed:
         ok = (z_range[0] <= z) & (z <= z_range[1])
     else:
         ok = (z_range[0] < z) & (z < z_range[1])
-    ok = torch.from_numpy(ok) if isinstance(ok, np.ndarray) else ok
     if finite_state:
         ok = ok & ~non_finite_state(env)
     return ok
@@ -258,8 +251,8 @@ def hinge_upright(env: BatchedEnv, qpos_index: int, max_angle_deg: float = 10.0)
 def default_state(env: BatchedEnv, env_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's ``qpos0`` and zero velocity for every reset world."""
     n = env_ids.numel()
-    q0 = torch.as_tensor(env.model.qpos0, dtype=torch.float64)
-    return q0.expand(n, -1).clone(), torch.zeros(n, env.model.nv, dtype=torch.float64)
+    q0 = env.default_qpos
+    return q0.expand(n, -1).clone(), torch.zeros(n, env.model.nv, dtype=torch.float64, device=q0.device)
 
 
 def noisy_state(

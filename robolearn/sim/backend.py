@@ -80,7 +80,12 @@ def as_index_array(env_ids: torch.Tensor | Sequence[int] | np.ndarray | None, nu
 
 @runtime_checkable
 class SimBackend(Protocol):
-    """N worlds of one model. State tensors are ``[N, ...]`` float64 on :attr:`device`.
+    """N worlds of one model. State tensors are ``[N, ...]`` of :attr:`dtype` on :attr:`device`.
+
+    Everything the env calls on the step path (``step``, ``reset``, the state properties, the
+    wrench/velocity writes and the model-field accessors) takes and returns torch tensors on
+    :attr:`device`: no ``MjData``, no NumPy. Only :meth:`get_model` and :meth:`get_data`, for the
+    renderer and inspection, hand out MuJoCo objects.
 
     ``qpos``/``qvel``/``ctrl`` are the live state; ``xpos``, ``xquat``, ``cvel``, ``sensordata`` and
     ``cfrc_ext`` are derived quantities which, as after ``mj_step``, describe the state before the
@@ -88,13 +93,16 @@ class SimBackend(Protocol):
     """
 
     model: mujoco.MjModel
-    """The template model (per-world fields live in the backend, not here)."""
+    """The compiled template model, read on the host when the env is built (name resolution,
+    defaults); per-world fields live in the backend, not here."""
     num_worlds: int
     """N."""
     decimation: int
     """Physics substeps per :meth:`step`."""
     device: torch.device
     """Where the state tensors live."""
+    dtype: torch.dtype
+    """Floating dtype of the state and model-field tensors (float64 on the MuJoCo CPU backends)."""
 
     @property
     def qpos(self) -> torch.Tensor:
@@ -158,7 +166,7 @@ class SimBackend(Protocol):
         """
         ...
 
-    def set_xfrc_applied(self, values: torch.Tensor, env_ids: torch.Tensor | np.ndarray | None = None) -> None:
+    def set_xfrc_applied(self, values: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         """Set the applied wrenches ``[len(env_ids), nbody, 6]`` of worlds ``env_ids`` (default: all)."""
         ...
 
@@ -177,16 +185,16 @@ class SimBackend(Protocol):
 
     def reset(
         self,
-        env_ids: torch.Tensor | np.ndarray | None,
+        env_ids: torch.Tensor | None,
         qpos: torch.Tensor | None = None,
         qvel: torch.Tensor | None = None,
     ) -> None:
-        """Reset only ``env_ids`` to the model defaults, then set their ``qpos``/``qvel`` if given."""
+        """Reset only ``env_ids`` (sorted unique long indices; ``None``: all) to the model defaults,
+        then set their ``qpos``/``qvel`` if given.
+        """
         ...
 
-    def set_model_field(
-        self, name: str, values: torch.Tensor | np.ndarray, env_ids: torch.Tensor | np.ndarray | None = None
-    ) -> None:
+    def set_model_field(self, name: str, values: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         """Write per-world values of a model field (friendly or MuJoCo name) for ``env_ids``."""
         ...
 
@@ -207,5 +215,7 @@ class SimBackend(Protocol):
         ...
 
     def get_data(self, world: int) -> mujoco.MjData:
-        """World ``world``'s state in a fresh ``MjData`` with derived quantities computed."""
+        """World ``world``'s state in a fresh ``MjData`` with derived quantities computed: for the
+        renderer and inspection only, never on the step path.
+        """
         ...

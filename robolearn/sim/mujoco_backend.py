@@ -66,6 +66,7 @@ class MujocoBackend:
         self.num_worlds = int(num_worlds)
         self.decimation = int(decimation)
         self.device = torch.device("cpu")
+        self.dtype = torch.float64
         threads = nthread if nthread is not None else (os.cpu_count() or 1)
         # Worlds share scratch MjData per thread unless RK4 contact forces need each world's own
         # data after the step (see robolearn.sim.model.compile_model). The conformance suite checks

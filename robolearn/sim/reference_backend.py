@@ -40,6 +40,7 @@ class ReferenceBackend:
         self.num_worlds = int(num_worlds)
         self.decimation = int(decimation)
         self.device = torch.device("cpu")
+        self.dtype = torch.float64
         self.forward_after_step = forward_after_step
         self.models = [copy.copy(model) for _ in range(self.num_worlds)]
         self.datas = [mujoco.MjData(m) for m in self.models]

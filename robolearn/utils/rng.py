@@ -1,90 +1,135 @@
-"""Counter-based random numbers, one independent stream per world.
+"""Counter-based random numbers, one independent stream per world, in torch on any device.
 
-A draw for world ``i`` is a hash of ``(seed, i, stream counter, draw index)``, so it does not depend
-on how many worlds there are, which other worlds reset, or how many threads step the physics: a
-rollout is reproducible from the seed alone. The hash is SplitMix64, vectorised in NumPy; its
-outputs pass BigCrush when used as a counter-based generator, which is ample for reset noise.
+World ``i``'s stream is SplitMix64 started at a per-world key: its ``k``-th number is
+``mix(key_i + k * GOLDEN)``, where ``key_i`` is a hash of ``(seed, i)`` and ``mix`` the SplitMix64
+finaliser. Each call of :meth:`WorldRNG.uniform`/:meth:`WorldRNG.normal` advances the drawing
+worlds' counters by one and reads positions ``counter * 2**20 + j`` (``j`` < ``size``), so a draw
+depends only on the seed, the world, how many calls that world has drawn in, and the draw index:
+not on how many worlds there are, which other worlds reset, the device or the physics threads.
+A rollout is therefore reproducible from the seed alone.
+
+The arithmetic is on ``int64`` tensors: torch's integer multiply wraps modulo ``2**64`` exactly as
+``uint64`` does, and the logical right shift is an arithmetic shift masked to the low bits. Nothing
+goes through NumPy or the host, so the streams live on whatever device the env does.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import torch
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_WORLD = np.uint64(0xD1B54A32D192ED03)
-_DRAW = np.uint64(0x8CB92BA72F3D8DD7)
-_TWO53 = float(2**53)
+_U64 = (1 << 64) - 1
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
-    """The SplitMix64 finaliser, elementwise on ``uint64`` arrays (wrap-around intended; NumPy
-    warns about it only for scalars, which callers wrap in ``np.errstate``).
+def _signed(value: int) -> int:
+    """A 64-bit pattern as the ``int64`` value torch stores it as."""
+    value &= _U64
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+_WORLD = 0xD1B54A32D192ED03
+CALL_STRIDE = 1 << 20
+"""Positions reserved per call and world: one call draws at most this many numbers per world."""
+_S_GOLDEN = _signed(_GOLDEN)
+_S_M1, _S_M2 = _signed(_M1), _signed(_M2)
+_S_STEP = _signed(CALL_STRIDE * _GOLDEN)
+_LOW = {k: (1 << (64 - k)) - 1 for k in (11, 27, 30, 31)}  # masks of a logical right shift by k
+_TWO_M53 = 2.0**-53
+
+
+def mix64(z: int) -> int:
+    """The SplitMix64 finaliser on one Python integer (the reference for :func:`mix`)."""
+    z &= _U64
+    z = ((z ^ (z >> 30)) * _M1) & _U64
+    z = ((z ^ (z >> 27)) * _M2) & _U64
+    return z ^ (z >> 31)
+
+
+def mix(z: torch.Tensor) -> torch.Tensor:
+    """The SplitMix64 finaliser elementwise on an ``int64`` tensor (a new tensor; bit patterns as
+    ``uint64``). Eight torch operations: their count, not the arithmetic, is the cost at small sizes.
     """
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    z = z ^ ((z >> 30) & _LOW[30])
+    z.mul_(_S_M1)
+    z ^= (z >> 27) & _LOW[27]
+    z.mul_(_S_M2)
+    z ^= (z >> 31) & _LOW[31]
+    return z
 
 
 class WorldRNG:
     """Per-world random streams: world ``i``'s draws depend only on ``(seed, i, its counter)``."""
 
-    def __init__(self, seed: int, num_worlds: int) -> None:
-        """Create ``num_worlds`` streams from one integer seed."""
-        if num_worlds < 1:
+    def __init__(self, seed: int, num_worlds: int, device: str | torch.device = "cpu") -> None:
+        """Create ``num_worlds`` streams from one integer seed, with their state on ``device``."""
+        if isinstance(num_worlds, bool) or int(num_worlds) != num_worlds or num_worlds < 1:
             raise ValueError(f"num_worlds must be >= 1, got {num_worlds}")
         self.seed = int(seed)
-        with np.errstate(over="ignore"):
-            self._key = _mix(np.array([self.seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) + _GOLDEN)[0]
-        self.counters = np.zeros(num_worlds, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            self._all_worlds = np.arange(num_worlds, dtype=np.uint64) * _WORLD
+        self.device = torch.device(device)
+        key = mix64(self.seed + _GOLDEN)
+        # The per-world keys are computed on the host once (Python integers, exact), then moved.
+        keys = [_signed(mix64(key ^ ((i * _WORLD) & _U64))) for i in range(int(num_worlds))]
+        self._keys = torch.tensor(keys, dtype=torch.int64, device=self.device)
+        self.counters = torch.zeros(int(num_worlds), dtype=torch.int64, device=self.device)
+        """Calls each world has drawn in (``int64`` ``[N]``)."""
+        self._offsets: dict[int, torch.Tensor] = {}
 
-    def uniform(self, ids: np.ndarray, size: int, low: float = 0.0, high: float = 1.0) -> np.ndarray:
-        """Draw ``[len(ids), size]`` uniforms in ``[low, high)``, advancing those worlds' counters."""
+    @property
+    def num_worlds(self) -> int:
+        """N."""
+        return int(self._keys.shape[0])
+
+    def uniform(self, ids: torch.Tensor | None, size: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
+        """Draw ``[len(ids), size]`` float64 uniforms in ``[low, high)`` for worlds ``ids`` (``None``:
+        every world, in order), advancing those worlds' counters.
+        """
         bits = self._bits(ids, size)
-        u = (bits >> np.uint64(11)).astype(np.float64) / _TWO53
-        return low + (high - low) * u
+        # The top 53 bits as an integer, scaled into [low, high) by one fused multiply-add.
+        return torch.add(low, bits.to(torch.float64), alpha=(high - low) * _TWO_M53)
 
-    def normal(self, ids: np.ndarray, size: int, std: float = 1.0) -> np.ndarray:
-        """Draw ``[len(ids), size]`` Gaussians (Box-Muller), advancing those worlds' counters."""
-        n = size + (size & 1)
-        u = self.uniform(ids, n)
-        u1 = 1.0 - u[:, 0::2]  # in (0, 1], so the log is finite
-        u2 = u[:, 1::2]
-        r = np.sqrt(-2.0 * np.log(u1))
-        z = np.concatenate([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)], axis=1)
-        return std * z[:, :size]
+    def normal(self, ids: torch.Tensor | None, size: int, std: float = 1.0) -> torch.Tensor:
+        """Draw ``[len(ids), size]`` float64 Gaussians ``N(0, std^2)`` (Box-Muller on pairs of uniforms,
+        both outputs used), advancing those worlds' counters.
+        """
+        half = (size + 1) // 2
+        bits = self._bits(ids, 2 * half).to(torch.float64)
+        # u1 in (0, 1] keeps the log finite; u2 in [0, 1) is the angle.
+        r = torch.log(torch.add(1.0, bits[:, :half], alpha=-_TWO_M53)).mul_(-2.0).sqrt_().mul_(std)
+        theta = bits[:, half:].mul_(2.0 * math.pi * _TWO_M53)
+        return torch.cat([r * torch.cos(theta), r.mul_(torch.sin(theta))], dim=1)[:, :size]
 
-    def _bits(self, ids: np.ndarray, size: int) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size == self.counters.size and ids[0] == 0 and ids[-1] == ids.size - 1:
-            # Every world, in order (the per-step case): slices instead of fancy indexing.
-            ctr = self.counters.copy()
-            self.counters += np.uint64(1)
-            world = self._all_worlds
+    def _bits(self, ids: torch.Tensor | None, size: int) -> torch.Tensor:
+        """The top 53 bits (``int64`` ``[len(ids), size]``) of each world's next ``size`` numbers."""
+        if not 0 < size <= CALL_STRIDE:
+            raise ValueError(f"size: expected 1 to {CALL_STRIDE} draws per world and call, got {size}")
+        if ids is None:
+            base = torch.add(self._keys, self.counters, alpha=_S_STEP)
+            self.counters += 1
         else:
+            ids = torch.as_tensor(ids, dtype=torch.long, device=self.device)
             ctr = self.counters[ids]
-            self.counters[ids] = ctr + np.uint64(1)
-            world = ids.astype(np.uint64) * _WORLD
-        base = _mix(self._key ^ world ^ _mix(ctr + _GOLDEN))
-        draw = np.arange(1, size + 1, dtype=np.uint64) * _DRAW
-        return _mix(base[:, None] + draw[None, :])
+            base = torch.add(self._keys[ids], ctr, alpha=_S_STEP)
+            # Index assignment, not +=: a world listed twice still advances once (as one call).
+            self.counters[ids] = ctr + 1
+        offsets = self._offsets.get(size)
+        if offsets is None:
+            offsets = torch.tensor([_signed((j + 1) * _GOLDEN) for j in range(size)], dtype=torch.int64, device=self.device)
+            self._offsets[size] = offsets
+        z = mix(base.unsqueeze(1) + offsets)
+        return (z >> 11) & _LOW[11]
 
     def state_dict(self) -> dict[str, object]:
         """Seed and per-world counters, for checkpoints."""
-        # A torch tensor, so checkpoints load with weights_only=True.
-        return {"seed": self.seed, "counters": torch.from_numpy(self.counters.copy())}
+        return {"seed": self.seed, "counters": self.counters.clone()}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore seed and counters saved by :meth:`state_dict`."""
-        raw = state["counters"]
-        counters = np.asarray(raw.numpy() if isinstance(raw, torch.Tensor) else raw, dtype=np.uint64)
+        """Restore seed and counters saved by :meth:`state_dict` (onto this generator's device)."""
+        counters = torch.as_tensor(state["counters"]).to(dtype=torch.int64, device=self.device)
         if counters.shape != self.counters.shape:
-            raise ValueError(
-                f"rng counters: expected shape {self.counters.shape}, got {counters.shape}"
-            )
-        self.__init__(int(state["seed"]), counters.shape[0])  # type: ignore[misc]
-        self.counters[:] = counters
+            raise ValueError(f"rng counters: expected shape {tuple(self.counters.shape)}, got {tuple(counters.shape)}")
+        self.__init__(int(state["seed"]), counters.shape[0], self.device)  # type: ignore[misc]
+        self.counters.copy_(counters)

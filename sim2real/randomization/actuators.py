@@ -25,22 +25,31 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from robolearn.envs.sync import host_any, host_nonzero
 from robolearn.sim2real.randomization.latency import check_int_range, draw_int
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
 
 
-def _per_joint(where: str, value: float | Sequence[float], n: int, positive: bool = False) -> torch.Tensor:
-    """A scalar or ``n`` values as a float64 ``[n]`` tensor of non-negative (or positive) values."""
-    t = torch.as_tensor(value, dtype=torch.float64).flatten()
+def _per_joint(
+    where: str, value: float | Sequence[float], n: int, positive: bool = False, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """A scalar or ``n`` finite values as a float64 ``[n]`` tensor on ``device``, non-negative (or
+    positive); checked on the host, once, when the env is built.
+    """
+    try:
+        t = torch.as_tensor(value, dtype=torch.float64).flatten()
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{where}: expected a number or {n} numbers (one per joint), got {value!r}") from None
     if t.numel() == 1:
         t = t.expand(n).clone()
     if t.numel() != n:
         raise ValueError(f"{where}: expected a scalar or {n} values (one per joint), got {t.numel()}")
-    if bool((t <= 0).any()) if positive else bool((t < 0).any()):
-        raise ValueError(f"{where}: expected {'positive' if positive else 'non-negative'} values, got {t.tolist()}")
-    return t
+    bad = ~torch.isfinite(t) | ((t <= 0) if positive else (t < 0))
+    if bool(bad.any()):
+        raise ValueError(f"{where}: expected finite {'positive' if positive else 'non-negative'} values, got {t.tolist()}")
+    return t.to(device)
 
 
 def _check_scale(where: str, value: tuple[float, float]) -> tuple[float, float]:
@@ -83,11 +92,11 @@ class PDState:
         where = f"actions.{term}.actuator"
         self.env = env
         self.keys = (f"actuator/{term}/kp", f"actuator/{term}/kd")
-        self.kp0 = _per_joint(f"{where}.kp", cfg.kp, n)
-        self.kd0 = _per_joint(f"{where}.kd", cfg.kd, n)
+        self.kp0 = _per_joint(f"{where}.kp", cfg.kp, n, device=env.device)
+        self.kd0 = _per_joint(f"{where}.kd", cfg.kd, n, device=env.device)
         self.kp_scale = _check_scale(f"{where}.kp_scale", cfg.kp_scale)
         self.kd_scale = _check_scale(f"{where}.kd_scale", cfg.kd_scale)
-        self.limit = None if cfg.effort_limit is None else _per_joint(f"{where}.effort_limit", cfg.effort_limit, n)
+        self.limit = None if cfg.effort_limit is None else _per_joint(f"{where}.effort_limit", cfg.effort_limit, n, device=env.device)
         self.kp = self.kp0.expand(env.num_envs, n).clone()
         self.kd = self.kd0.expand(env.num_envs, n).clone()
         self._negate()
@@ -161,9 +170,9 @@ class DCMotorState(PDState):
         where = f"actions.{term}.actuator"
         if cfg.effort_limit is None:
             raise ValueError(f"{where}.effort_limit: a DC motor needs its continuous effort limit")
-        self.limit = _per_joint(f"{where}.effort_limit", cfg.effort_limit, n, positive=True)
-        self.saturation = _per_joint(f"{where}.saturation_effort", cfg.saturation_effort, n, positive=True)
-        self.velocity_limit = _per_joint(f"{where}.velocity_limit", cfg.velocity_limit, n, positive=True)
+        self.limit = _per_joint(f"{where}.effort_limit", cfg.effort_limit, n, positive=True, device=env.device)
+        self.saturation = _per_joint(f"{where}.saturation_effort", cfg.saturation_effort, n, True, env.device)
+        self.velocity_limit = _per_joint(f"{where}.velocity_limit", cfg.velocity_limit, n, True, env.device)
         # saturation * (+-1 - qd / v) = +-saturation - slope * qd: fewer tensor ops per substep.
         self.slope = self.saturation / self.velocity_limit
 
@@ -209,10 +218,10 @@ class DelayedPDState(PDState):
         self.low, self.high = check_int_range(where, (cfg.min_delay, cfg.max_delay))
         self.key = f"actuator/{term}/delay"
         self.depth = self.high + 1
-        self.rows = torch.arange(env.num_envs)
-        self.buffer = torch.zeros(env.num_envs, self.depth, n, dtype=torch.float64)
-        self.delay = torch.full((env.num_envs,), self.low, dtype=torch.long)
-        self.pending = torch.ones(env.num_envs, dtype=torch.bool)
+        self.rows = env.all_ids
+        self.buffer = torch.zeros(env.num_envs, self.depth, n, dtype=torch.float64, device=env.device)
+        self.delay = torch.full((env.num_envs,), self.low, dtype=torch.long, device=env.device)
+        self.pending = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
         self.any_pending = True
         self.head = 0
 
@@ -227,9 +236,12 @@ class DelayedPDState(PDState):
     def __call__(self, target: torch.Tensor, q: torch.Tensor, qd: torch.Tensor) -> torch.Tensor:
         """Push ``target``; the efforts track the target of ``delay`` substeps ago."""
         if self.any_pending:
-            ids = torch.nonzero(self.pending).flatten()
-            self.buffer[ids] = target[ids].unsqueeze(1)
-            self.pending[ids] = False
+            # Restart the delay lines of worlds reset since the last substep: one host sync per
+            # reset, not per substep (the flag is host-side).
+            ids = host_nonzero(self.pending)
+            if ids is not None:
+                self.buffer[ids] = target[ids].unsqueeze(1)
+                self.pending[ids] = False
             self.any_pending = False
         self.head = (self.head + 1) % self.depth
         self.buffer[:, self.head] = target
@@ -251,5 +263,5 @@ class DelayedPDState(PDState):
         self.buffer = state["buffer"].clone()
         self.head = int(state["head"])
         self.delay = state["delay"].clone()
-        self.pending = state["pending"].clone()
-        self.any_pending = bool(self.pending.any())
+        self.pending = state["pending"].to(self.env.device, copy=True)
+        self.any_pending = host_any(self.pending)

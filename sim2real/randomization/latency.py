@@ -35,8 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
+
+from robolearn.envs.sync import host_any, host_nonzero
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
@@ -63,16 +64,14 @@ def draw_int(env: BatchedEnv, env_ids: torch.Tensor, low: int, high: int) -> tor
     ``low == high`` draws nothing: a fixed value must not shift the streams other draws use.
     """
     if low == high:
-        return torch.full((env_ids.numel(),), low, dtype=torch.long)
+        return torch.full((env_ids.numel(),), low, dtype=torch.long, device=env.device)
     return scale_int(env.draw_uniform(env_ids, 1)[:, 0], low, high)
 
 
 def scale_int(u: torch.Tensor, low: int, high: int) -> torch.Tensor:
-    """Uniform draws ``u`` in ``[0, 1)`` (float64, CPU) mapped to integers in ``[low, high]`` (int64)."""
-    # NumPy on the shared buffer: a few microseconds against torch's per-op overhead at these
-    # sizes. u < 1 keeps the truncation at most high; the minimum only guards rounding at the top.
-    k = np.minimum(low + (u.numpy() * (high - low + 1)).astype(np.int64), high)
-    return torch.from_numpy(k)
+    """Uniform draws ``u`` in ``[0, 1)`` (float64) mapped to integers in ``[low, high]`` (int64)."""
+    # u < 1 keeps the truncation at most high; the clamp only guards rounding at the top.
+    return torch.add(low, u, alpha=high - low + 1).to(torch.long).clamp_(max=high)
 
 
 def _record_all(env: BatchedEnv, name: str, values: torch.Tensor) -> None:
@@ -121,11 +120,11 @@ class ObservationDelayState:
         # Without jitter or holds the delivered frame is always the lagged one: no held copy needed.
         self.tracks_age = jitter or hold_prob > 0.0
         self.depth = high + 1
-        n = env.num_envs
-        self.rows = torch.arange(n)
-        self.lag = torch.full((n,), low, dtype=torch.long)
-        self.age = torch.zeros(n, dtype=torch.long)
-        self.pending = torch.ones(n, dtype=torch.bool)
+        n, device = env.num_envs, env.device
+        self.rows = env.all_ids
+        self.lag = torch.full((n,), low, dtype=torch.long, device=device)
+        self.age = torch.zeros(n, dtype=torch.long, device=device)
+        self.pending = torch.ones(n, dtype=torch.bool, device=device)
         self.any_pending = True
         self.head = 0
         self.buffer: torch.Tensor | None = None
@@ -151,7 +150,7 @@ class ObservationDelayState:
         if env_ids is not None:
             self._fill(env_ids, frame)
             return frame
-        if self.any_pending and bool(self.pending.all()):
+        if self.any_pending and not host_any(~self.pending):
             # A reset of every world (construction, env.reset): nothing to delay yet, and no draws
             # either, so both paths leave the streams in the same place.
             self._fill(self.rows, frame)
@@ -176,10 +175,13 @@ class ObservationDelayState:
             out = lagged
         if self.any_pending:
             # Worlds reset without a restart of their own rows: their fresh frame, undelayed.
-            ids = torch.nonzero(self.pending).flatten()
-            out = out.clone()
-            out[ids] = frame[ids]
-            self._fill(ids, frame[ids])
+            ids = host_nonzero(self.pending)
+            if ids is not None:
+                out = out.clone()
+                out[ids] = frame[ids]
+                self._fill(ids, frame[ids])
+            else:
+                self.any_pending = False
         return out
 
     def _draw_step(self) -> torch.Tensor | None:
@@ -198,7 +200,7 @@ class ObservationDelayState:
             self.held[env_ids] = rows
         self.age[env_ids] = 0
         self.pending[env_ids] = False
-        self.any_pending = bool(self.pending.any())
+        self.any_pending = host_any(self.pending)
 
     def state_dict(self) -> dict[str, Any]:
         """Ring buffer, write position, lags, ages, held frames and pending restarts."""
@@ -218,8 +220,8 @@ class ObservationDelayState:
         self.head = int(state["head"])
         self.lag = state["lag"].clone()
         self.age = state["age"].clone()
-        self.pending = state["pending"].clone()
-        self.any_pending = bool(self.pending.any())
+        self.pending = state["pending"].to(self.env.device, copy=True)
+        self.any_pending = host_any(self.pending)
 
 
 # -- action delay ------------------------------------------------------------------------------
@@ -247,9 +249,9 @@ class ActionDelayState:
         self.env = env
         self.low, self.high = low, high
         self.depth = high + 1
-        self.rows = torch.arange(env.num_envs)
-        self.buffer = torch.zeros(env.num_envs, self.depth, env.action_dim, dtype=torch.float64)
-        self.lag = torch.full((env.num_envs,), low, dtype=torch.long)
+        self.rows = env.all_ids
+        self.buffer = torch.zeros(env.num_envs, self.depth, env.action_dim, dtype=torch.float64, device=env.device)
+        self.lag = torch.full((env.num_envs,), low, dtype=torch.long, device=env.device)
         self.head = 0
 
     def reset(self, env_ids: torch.Tensor) -> None:
@@ -300,11 +302,11 @@ class ControlJitterState:
         """Keep the bound; nothing is drawn until the first step."""
         self.env = env
         self.max_substeps = max_substeps
-        self.rows = torch.arange(env.num_envs)
+        self.rows = env.all_ids
 
     def reset(self, env_ids: torch.Tensor) -> None:
         """A world that starts an episode has not been late yet: record 0."""
-        self.env.record_drawn(self.key, env_ids, torch.zeros(env_ids.numel()))
+        self.env.record_drawn(self.key, env_ids, torch.zeros(env_ids.numel(), device=self.env.device))
 
     def draw(self) -> torch.Tensor:
         """Late substeps ``[N]`` for this control step (recorded in ``env.drawn``)."""

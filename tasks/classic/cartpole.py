@@ -67,7 +67,7 @@ def balance_state(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Start near upright (DMC ``balance``): cart ``U(-a, a)``, angle ``U(-b, b)``, qvel ``N(0, c^2)``."""
     n = env_ids.numel()
-    qpos = torch.empty(n, 2, dtype=torch.float64)
+    qpos = torch.empty(n, 2, dtype=torch.float64, device=env.device)
     qpos[:, CART] = env.draw_uniform(env_ids, 1, -cart_uniform, cart_uniform)[:, 0]
     qpos[:, POLE] = env.draw_uniform(env_ids, 1, -angle_uniform, angle_uniform)[:, 0]
     # The velocity kick breaks the symmetry of a state that would otherwise sit at an equilibrium.
@@ -84,7 +84,7 @@ def swingup_state(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Start hanging (DMC ``swingup``): cart ``N(0, a^2)``, angle ``pi + N(0, b^2)``, qvel ``N(0, c^2)``."""
     n = env_ids.numel()
-    qpos = torch.empty(n, 2, dtype=torch.float64)
+    qpos = torch.empty(n, 2, dtype=torch.float64, device=env.device)
     qpos[:, CART] = env.draw_normal(env_ids, 1, cart_gaussian)[:, 0]
     qpos[:, POLE] = math.pi + env.draw_normal(env_ids, 1, angle_gaussian)[:, 0]
     qvel = env.draw_normal(env_ids, 2, vel_gaussian)

@@ -44,7 +44,7 @@ def upright_sparse(env: BatchedEnv, angle_bound_deg: float = DMC_ANGLE_BOUND_DEG
 def random_angle_state(env: BatchedEnv, env_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Angle uniform in ``[-pi, pi)``, at rest (DMC ``swingup``)."""
     qpos = env.draw_uniform(env_ids, 1, -math.pi, math.pi)
-    return qpos, torch.zeros(env_ids.numel(), 1, dtype=torch.float64)
+    return qpos, torch.zeros(env_ids.numel(), 1, dtype=torch.float64, device=env.device)
 
 
 def pendulum_swingup_cfg() -> TaskCfg:

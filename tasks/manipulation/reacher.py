@@ -17,6 +17,7 @@ import torch
 
 from robolearn.assets import gymnasium_asset
 from robolearn.envs import InitialState, ObsGroup, ObsTerm, RewardTerm, TaskCfg, mdp
+from robolearn.envs.sync import host_nonzero
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
@@ -47,14 +48,17 @@ def reacher_reset(
     """
     qpos, qvel = mdp.default_state(env, env_ids)
     qpos += env.draw_uniform(env_ids, env.model.nq, -arm_uniform, arm_uniform)
-    goal = torch.empty(env_ids.numel(), 2, dtype=torch.float64)
-    pending = torch.arange(env_ids.numel())
+    goal = torch.empty(env_ids.numel(), 2, dtype=torch.float64, device=env.device)
+    pending: torch.Tensor | None = torch.arange(env_ids.numel(), device=env.device)
     # Redraw only the rejected worlds: each world's stream advances exactly as its own loop would.
-    while pending.numel():
+    # Which worlds to redraw is a host decision (robolearn.envs.sync), at reset only: each round
+    # keeps a world with probability pi/4, so a reset takes ~1.3 rounds per world on average.
+    while pending is not None:
         draw = env.draw_uniform(env_ids[pending], 2, -GOAL_RADIUS, GOAL_RADIUS)
         inside = torch.linalg.vector_norm(draw, dim=1) < GOAL_RADIUS
-        goal[pending[inside]] = draw[inside]
-        pending = pending[~inside]
+        goal[pending] = torch.where(inside.unsqueeze(1), draw, goal[pending])
+        rejected = host_nonzero(~inside)
+        pending = None if rejected is None else pending[rejected]
     qpos[:, -2:] = goal
     qvel += env.draw_uniform(env_ids, env.model.nv, -vel_uniform, vel_uniform)
     qvel[:, -2:] = 0.0

@@ -1,0 +1,49 @@
+"""The env core's host synchronisations, all in one place.
+
+Above the ``SimBackend`` boundary nothing converts a tensor to NumPy or a Python value on the step
+path (DESIGN.md, "Device"), with the exceptions here. Each is a decision the host has to take
+because what happens next has a data-dependent *shape* or *control flow*:
+
+* which worlds reset this step (``torch.nonzero`` of the done mask): the reset writes only those
+  worlds' rows and draws only from their random streams, so a world's stream never depends on the
+  others; a masked reset of every world would redraw everyone's initial state every step;
+* which worlds an interval event or a command fires on (the same reason: draws per firing world);
+* whether an action holds a non-finite value, which must raise before the physics sees it;
+* how many worlds diverged, for the warning and ``info["num_diverged"]`` (only when any did).
+
+On the CPU these are free (the data is already on the host); on a GPU each costs one device
+round trip per step, which is what ``tests/test_device_neutral.py`` bounds: it allows
+``Tensor.__bool__``/``item``/``tolist`` calls from this module only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def host_any(mask: torch.Tensor) -> bool:
+    """Whether any entry of the boolean ``mask`` is set (one host sync)."""
+    return bool(mask.any())
+
+
+def host_nonzero(mask: torch.Tensor) -> torch.Tensor | None:
+    """The sorted indices ``[k]`` (long, on ``mask``'s device) where the 1-D ``mask`` is set, or
+    ``None`` when none is (one host sync: the size of the result decides what runs next).
+    """
+    ids = torch.nonzero(mask).flatten()
+    return ids if ids.numel() else None
+
+
+def host_count(mask: torch.Tensor) -> int:
+    """The number of set entries of the boolean ``mask`` (one host sync)."""
+    return int(mask.sum())
+
+
+def check_finite(values: torch.Tensor, where: str) -> None:
+    """Raise ``ValueError`` naming ``where``, the first bad value and its index if ``values``
+    (``[N, k]``) holds NaN or inf (one host sync; the message costs more only when it fails).
+    """
+    bad = ~torch.isfinite(values)
+    if bool(bad.any()):
+        world, col = (int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(f"{where}: non-finite value {float(values[world, col])} at world {world}, index {col}")
