@@ -24,6 +24,7 @@ from robolearn.envs.managers import (
     TerminationManager,
 )
 from robolearn.envs.sync import check_finite, host_count, host_nonzero
+from robolearn.envs.validate import check_int, validate_model, validate_task_cfg
 from robolearn.sim import compile_model, load_spec, make_backend
 from robolearn.types import Obs
 from robolearn.utils.rng import WorldRNG
@@ -58,10 +59,14 @@ class BatchedEnv:
             nthread: physics threads; ``None`` uses every core.
             task_id: the registered id, for messages and specs.
         """
-        if int(num_envs) < 1:
-            raise ValueError(f"num_envs: expected an integer >= 1, got {num_envs}")
+        check_int("num_envs", num_envs, 1)
+        if seed is not None:
+            check_int("seed", seed, 0)
+        if nthread is not None:
+            check_int("nthread", nthread, 1)
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise ValueError(f"dtype: expected a torch floating dtype, got {dtype!r}")
+        validate_task_cfg(cfg)
         self.cfg = cfg
         self.task_id = task_id
         self.num_envs = int(num_envs)
@@ -74,14 +79,9 @@ class BatchedEnv:
         spec = load_spec(cfg.mjcf)
         ActionManager.edit_spec(spec, cfg.actions)
         if cfg.timestep is not None:
-            if cfg.timestep <= 0:
-                raise ValueError(f"timestep: expected a positive number of seconds, got {cfg.timestep}")
             spec.option.timestep = cfg.timestep
         self.model = compile_model(spec, contact_forces=cfg.contact_forces, source=f"MJCF of task {task_id!r}")
-        if cfg.decimation < 1:
-            raise ValueError(f"decimation: expected an integer >= 1, got {cfg.decimation}")
-        if cfg.episode_length < 1:
-            raise ValueError(f"episode_length: expected an integer >= 1, got {cfg.episode_length}")
+        validate_model(self.model, f"model of task {task_id!r}")
         self.sim = make_backend(
             backend,
             self.model,
@@ -131,14 +131,22 @@ class BatchedEnv:
     def reset(self, seed: int | None = None) -> tuple[Obs, dict[str, Any]]:
         """Reset every world (re-seeding the streams if ``seed`` is given); return ``(obs, info)``."""
         if seed is not None:
-            self.seed = int(seed)
+            self.seed = check_int("seed", seed, 0)
             self.rng = WorldRNG(self.seed, self.num_envs, self.device)
         self._reset_worlds(self.all_ids)
         self._obs = self.observation_manager.compute()
         return self._obs, {}
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Advance every world one control step; reset the done ones by index (see the module doc)."""
+        """Advance every world one control step; reset the done ones by index (see the module doc).
+
+        ``info`` holds ``final_obs`` (the observation before any reset), ``reward_terms`` ``[N, T]``
+        (weighted), ``diverged`` (``[N]`` bool: worlds whose physics diverged this step; they end
+        as truncations with zero reward, so ``int(info["diverged"].sum())`` is this step's count of
+        diverged worlds, the number a runner logs), ``num_diverged`` (an ``int``: diverged worlds
+        since the env was built), ``drawn`` (the per-world draws the step ran under, if any) and,
+        when some world ended its episode, ``episode`` (per-ending-world returns, lengths, terms).
+        """
         action = self._check_action(action)
         self.prev_action = self.action
         self.action = action.to(torch.float64, copy=True)  # never alias (and later zero) the caller's tensor

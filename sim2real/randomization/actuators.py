@@ -19,6 +19,7 @@ up to the rounding of the effort's trip through ``ctrl = effort / gear``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,8 +59,8 @@ def _check_scale(where: str, value: tuple[float, float]) -> tuple[float, float]:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
         raise ValueError(f"{where}: expected a (low, high) pair of numbers, got {value!r}") from None
-    if not 0.0 <= lo <= hi:
-        raise ValueError(f"{where}: expected 0 <= low <= high, got {value!r}")
+    if not 0.0 <= lo <= hi < math.inf:
+        raise ValueError(f"{where}: expected finite 0 <= low <= high, got {value!r}")
     return lo, hi
 
 

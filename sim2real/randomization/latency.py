@@ -32,6 +32,7 @@ Rules:
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,10 @@ def check_int_range(where: str, value: tuple[int, int], upper: int | None = None
         lo, hi = value
     except (TypeError, ValueError):
         raise ValueError(f"{where}: expected a (low, high) pair of integers, got {value!r}") from None
-    if int(lo) != lo or int(hi) != hi or not 0 <= lo <= hi:
+    # A bool is an int to Python, and 1.0 compares equal to 1: both are refused, not coerced.
+    if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in (lo, hi)):
+        raise ValueError(f"{where}: expected integers, got {value!r}")
+    if not 0 <= lo <= hi:
         raise ValueError(f"{where}: expected integers 0 <= low <= high, got {value!r}")
     if upper is not None and hi > upper:
         raise ValueError(f"{where}: expected at most {upper}, got {value!r}")
@@ -100,7 +104,9 @@ class ObservationDelay:
         """The delay state of observation group ``group`` of ``env``."""
         where = f"observations.{group}.delay"
         lo, hi = check_int_range(f"{where}.lag_range", self.lag_range)
-        if not 0.0 <= self.hold_prob <= 1.0:
+        if not isinstance(self.jitter, bool):
+            raise ValueError(f"{where}.jitter: expected True or False, got {self.jitter!r}")
+        if isinstance(self.hold_prob, bool) or not isinstance(self.hold_prob, numbers.Real) or not 0.0 <= self.hold_prob <= 1.0:
             raise ValueError(f"{where}.hold_prob: expected a probability in [0, 1], got {self.hold_prob}")
         return ObservationDelayState(env, group, lo, hi, bool(self.jitter), float(self.hold_prob))
 
