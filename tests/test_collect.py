@@ -4,12 +4,17 @@ values in the infos, and the ``robolearn data collect`` command writing a file t
 
 from __future__ import annotations
 
+import re
+
+import h5py
 import pytest
 import torch
 
 import robolearn
+from robolearn.cli.collect import collect_command
+from robolearn.cli.config import CollectConfig, ConfigError
 from robolearn.cli.main import main
-from robolearn.data import Dataset, d4rl_reference_returns
+from robolearn.data import Dataset, DatasetMetadata, d4rl_reference_returns
 from robolearn.envs import BatchedEnv, EventTerm, task_cfg
 from robolearn.runners.collect import collect_episodes, noisy_policy, uniform_policy
 from robolearn.sim2real.randomization.events import randomize_field
@@ -140,3 +145,125 @@ def test_d4rl_style_recipe_builds_resumably(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "kept finished run" in out and "wrote" in out and "medium-expert.h5" in out and "expert.h5:" not in out.replace("medium-expert.h5:", "")
     assert (folder / "expert.h5").stat().st_mtime_ns == mtime
+
+
+def _tiny_dataset(task: str, collection: str = "random", episodes: int = 3) -> Dataset:
+    """``episodes`` one-step episodes of a 2-number observation, as a dataset of ``task``."""
+    return Dataset(
+        torch.zeros(episodes, 2),
+        torch.zeros(episodes, 1),
+        torch.zeros(episodes),
+        torch.ones(episodes, dtype=torch.bool),
+        torch.zeros(episodes, dtype=torch.bool),
+        final_observations=torch.zeros(episodes, 2),
+        metadata=DatasetMetadata(task_id=task, collection=collection),
+    )
+
+
+# An override the task refuses when the env is built: an error about it would mean the check of
+# the output file came after the env (and its rollout) had started.
+_LATE = "task_overrides.episode_length=-5"
+
+
+@pytest.mark.parametrize(
+    ("existing", "extra", "message"),
+    [
+        (lambda p: _tiny_dataset("Cartpole-Balance").save(p), [],
+         r"out: {out} already holds another dataset: task 'Cartpole-Balance' \(asked: 'Hopper'\); choose another out= or pass overwrite=true"),
+        (lambda p: _tiny_dataset("Hopper", "sac-expert").save(p), [],
+         r"already holds another dataset: collection 'sac-expert' \(asked: 'random'\)"),
+        (lambda p: _tiny_dataset("Hopper", episodes=5).save(p), [],
+         r"already holds another dataset: episodes 5 \(asked: 3\)"),
+        (lambda p: p.write_text("my notes\n"), [],
+         r"out: {out} is not a robolearn dataset: it is not an HDF5 file \(it starts with b'my notes\\n'\); choose another out="),
+        (lambda p: p.write_text("my notes\n"), ["overwrite=true"],
+         r"{out} is not a robolearn dataset: .*overwrite=true replaces only a robolearn dataset"),
+        (lambda p: h5py.File(p, "w").close(), ["overwrite=true"],
+         r"{out} is not a robolearn dataset: it is an HDF5 file with top-level entries \[\]"),
+    ],
+)  # fmt: skip
+def test_collect_into_another_file_fails_before_any_rollout(tmp_path, capsys, existing, extra, message):
+    out = tmp_path / "hop.h5"
+    existing(out)
+    before = out.read_bytes()
+    assert main(["data", "collect", "task=Hopper", "episodes=3", "num_envs=2", f"out={out}", _LATE, *extra]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message.format(out=re.escape(str(out))), err), err
+    assert out.read_bytes() == before
+
+
+def test_collect_overwrite_replaces_a_dataset_of_another_task(tmp_path, capsys):
+    out = tmp_path / "hop.h5"
+    _tiny_dataset("Cartpole-Balance").save(out)
+    args = ["data", "collect", "task=Hopper", "episodes=2", "num_envs=2", f"out={out}", "task_overrides.episode_length=20"]
+    assert main([*args, "overwrite=true"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    ds = Dataset.load(out, task_id="Hopper", expect_obs_dim=11)
+    assert ds.num_episodes == 2 and ds.metadata.collection == "random"
+
+
+def test_collect_output_under_a_file_is_refused(tmp_path, capsys):
+    blocker = tmp_path / "data"
+    blocker.write_text("a file where a folder should be")
+    out = blocker / "hop.h5"
+    assert main(["data", "collect", "task=Hopper", "episodes=3", f"out={out}", _LATE]) == 2
+    assert f"out: cannot create {out}: {blocker} is a file, not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # CollectConfig's own check or the command's: either names the field and the value.
+        ("episodes=0", r"episodes.* >= 1, got 0"),
+        ("num_envs=0", r"num_envs.* >= 1, got .*\b0\b"),
+        ("ref_episodes=0", r"ref_episodes.* >= 1, got .*\b0$"),
+        ("noise=-0.1", r"noise: expected .*>= 0.*, got -0\.1"),
+        ("episodes=2.5", r"episodes: expected int, got 2\.5"),
+        ("episodes=true", r"episodes: expected int, got True"),
+        ("seed=-1", r"seed: expected an integer >= 0, got -1"),
+        ("noise=nan", r"noise: expected a finite number >= 0 \(a fraction of the half action range\), got nan"),
+        ("noise=inf", r"noise: expected a finite number >= 0 .*, got inf"),
+        ("ref_random=nan", r"ref_random: expected a finite number or null, got nan"),
+        ("ref_expert=-inf", r"ref_expert: expected a finite number or null, got -inf"),
+        ("ref_expert=0", r"ref_expert: equals ref_random \(0\.0\)"),
+        ("device=gpu0", r"device: 'gpu0' is not a torch device"),
+        # Options this collection would not use.
+        ("noise=0.1", r"noise: 0\.1 is not used with policy=random \(uniform actions\)"),
+        ("ref_episodes=4", r"ref_episodes: 4 is not used: the random reference return comes from D4RL's reference returns for Hopper"),
+    ],
+)
+def test_collect_settings_are_validated_before_any_rollout(tmp_path, capsys, override, message):
+    out = tmp_path / "hop.h5"
+    extra = ["ref_random=0"] if override == "ref_expert=0" else []
+    assert main(["data", "collect", "task=Hopper", f"out={out}", _LATE, override, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(message, err), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("field", ["episodes", "num_envs", "ref_episodes", "seed"])
+def test_collect_config_built_in_code_refuses_booleans_as_counts(tmp_path, field):
+    cfg = CollectConfig(task="Hopper", out=str(tmp_path / "hop.h5"))
+    setattr(cfg, field, True)  # bool is an int subclass: a plain `< 1` check lets it through
+    with pytest.raises(ConfigError, match=f"{field}: expected an integer >= ., got True"):
+        collect_command(cfg)
+
+
+def test_collect_from_a_trained_run_with_noise(tmp_path, capsys):
+    run = tmp_path / "ppo"
+    train = [
+        "train", "algo=ppo", "task=Cartpole-Balance", "total_env_steps=256", f"run_dir={run}", "num_envs=4",
+        "eval_num_envs=2", "task_overrides.episode_length=20", "algo.num_steps=16", "algo.actor_hidden=[16]",
+        "algo.critic_hidden=[16]", "runner.video=false", "runner.console=false", "runner.tensorboard=false",
+    ]  # fmt: skip
+    assert main(train) == 0
+    out = tmp_path / "pole.h5"
+    args = ["data", "collect", f"policy={run}", "episodes=2", "num_envs=2", "noise=0.2", f"out={out}", "ref_random=0"]
+    assert main(args) == 0
+    ds = Dataset.load(out, task_id="Cartpole-Balance")
+    # The run's task and task overrides (20-step episodes), and a collection name from the run and the noise.
+    assert ds.metadata.collection == "ppo-ppo-noise0.2" and (ds.episode_lengths == 20).all()
+    assert ds.metadata.extra["noise"] == 0.2 and ds.metadata.ref_random_return == 0.0
+    capsys.readouterr()
+    assert main([*args[:-1], "task=Hopper", _LATE]) == 2
+    assert "task: the policy was trained on 'Cartpole-Balance', not 'Hopper'" in capsys.readouterr().err

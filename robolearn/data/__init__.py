@@ -7,7 +7,14 @@ Offline datasets are one type, :class:`Dataset`, produced by every reader (robol
 """
 
 from robolearn.data.dataset import Dataset, DatasetMetadata, WindowBatch
-from robolearn.data.formats import FORMAT_VERSION, read_d4rl, read_robolearn, write_robolearn
+from robolearn.data.formats import (
+    FORMAT_VERSION,
+    DatasetFileInfo,
+    inspect_robolearn,
+    read_d4rl,
+    read_robolearn,
+    write_robolearn,
+)
 from robolearn.data.minari_io import export_minari, minari_root, read_minari
 from robolearn.data.replay import ReplayBuffer
 from robolearn.data.rollout import RolloutBatch, RolloutStorage
@@ -19,6 +26,7 @@ __all__ = [
     "FORMAT_VERSION",
     "Dataset",
     "DatasetError",
+    "DatasetFileInfo",
     "DatasetMetadata",
     "ReplayBuffer",
     "RolloutBatch",
@@ -26,6 +34,7 @@ __all__ = [
     "WindowBatch",
     "d4rl_reference_returns",
     "export_minari",
+    "inspect_robolearn",
     "minari_root",
     "normalized_score",
     "read_d4rl",

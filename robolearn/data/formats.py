@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,65 @@ def _open(path: str | Path) -> h5py.File:
         return h5py.File(path, "r")
     except OSError as e:
         raise DatasetError(f"{path}: not a readable HDF5 file ({e})") from e
+
+
+@dataclass(frozen=True)
+class DatasetFileInfo:
+    """What a robolearn dataset file holds, read from its header without loading the arrays."""
+
+    path: Path
+    """The file."""
+    metadata: DatasetMetadata
+    """Task, collection, reference returns and extras stored in the file."""
+    transitions: int
+    """Number of transitions N."""
+    episodes: int
+    """Number of episodes E."""
+    format_version: int
+    """Layout version of the file."""
+
+
+def _what_it_holds(path: Path) -> str:
+    """What a file that is not a robolearn dataset is, as "it is ..." for an error message."""
+    if not h5py.is_hdf5(path):
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+        return f"not an HDF5 file (it starts with {head!r})" if head else "an empty file"
+    with h5py.File(path, "r") as f:
+        keys = sorted(f.keys())
+    if {"observations", "actions", "rewards"} <= set(keys):
+        return f"a D4RL-style HDF5 file (arrays {keys})"
+    return f"an HDF5 file with top-level entries {keys[:8]}"
+
+
+def inspect_robolearn(path: str | Path) -> DatasetFileInfo:
+    """Read the header of a robolearn dataset file: metadata, sizes and version, no arrays.
+
+    Raises:
+        FileNotFoundError / IsADirectoryError: ``path`` is not a file.
+        DatasetError: ``path`` is not a robolearn dataset ("<path> is not a robolearn dataset: it
+            is <what>": not HDF5, a D4RL file, another HDF5 file), or has a newer format version.
+    """
+    path = Path(path)
+    if path.is_file() and not h5py.is_hdf5(path):
+        raise DatasetError(f"{path} is not a robolearn dataset: it is {_what_it_holds(path)}")
+    with _open(path) as f:
+        fmt = f.attrs.get("format")
+        version = f.attrs.get("format_version")
+        ok = fmt == FORMAT_NAME and version is not None
+        if ok:
+            if int(version) > FORMAT_VERSION:
+                raise DatasetError(
+                    f"format_version: {path} has version {int(version)}, this robolearn reads <= {FORMAT_VERSION}"
+                )
+            metadata = DatasetMetadata.from_json(str(f.attrs.get("metadata", "{}")))
+            rewards, lengths = f.get("rewards"), f.get("episode_lengths")
+            if not isinstance(rewards, h5py.Dataset) or not isinstance(lengths, h5py.Dataset):
+                raise DatasetError(f"{path}: a robolearn dataset file without its rewards/episode_lengths arrays")
+            sizes = int(rewards.shape[0]) if rewards.shape else 0, int(lengths.shape[0]) if lengths.shape else 0
+    if not ok:
+        raise DatasetError(f"{path} is not a robolearn dataset: it is {_what_it_holds(path)}")
+    return DatasetFileInfo(path, metadata, sizes[0], sizes[1], int(version))
 
 
 def read_robolearn(
