@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from robolearn.data import Dataset, DatasetError, DatasetMetadata, export_minari, read_d4rl, read_minari
+from robolearn.data import (
+    Dataset,
+    DatasetError,
+    DatasetMetadata,
+    export_minari,
+    inspect_robolearn,
+    read_d4rl,
+    read_minari,
+)
 from robolearn.data import minari_io as minari_io_mod
 
 
@@ -370,3 +378,16 @@ def test_minari_reader_names_the_dataset_it_cannot_read(tmp_path, minari, damage
             del f["episode_1"]
     with pytest.raises(DatasetError, match=message.format(data=data)):
         read_minari("test/broken-v0", root=tmp_path)
+
+
+def test_inspect_reads_the_header_and_says_what_other_files_hold(tmp_path):
+    ds = our_dataset()
+    info = inspect_robolearn(ds.save(tmp_path / "ours.h5"))
+    assert (info.transitions, info.episodes, info.format_version) == (len(ds), ds.num_episodes, 1)
+    assert info.metadata == ds.metadata
+    d4rl = write_d4rl(tmp_path / "d4rl.hdf5", d4rl_arrays())
+    with pytest.raises(DatasetError, match=f"{d4rl} is not a robolearn dataset: it is a D4RL-style HDF5 file \\(arrays \\['actions', "):
+        inspect_robolearn(d4rl)
+    (tmp_path / "empty.h5").touch()
+    with pytest.raises(DatasetError, match="empty.h5 is not a robolearn dataset: it is an empty file"):
+        inspect_robolearn(tmp_path / "empty.h5")
