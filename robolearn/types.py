@@ -113,18 +113,33 @@ class Policy(Protocol):
 
 @runtime_checkable
 class Algorithm(Protocol):
-    """A learner as the runners drive it (DESIGN.md, "Algorithm")."""
+    """A learner as the runners drive it (DESIGN.md, "Algorithm"); online and offline learners alike.
+
+    The runner owns the loop; a learner only answers these verbs. Every registered algorithm
+    (``robolearn.algos.registry``) implements all of them.
+    """
 
     def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Choose actions for a batch of observations."""
+        """Exploring actions ``[N, A]`` for a batch of observations (what training collects with)."""
+        ...
+
+    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Deterministic actions ``[N, A]`` (evaluation and deployment); records nothing."""
         ...
 
     def process(self, transition: Transition) -> None:
-        """Record one batched transition."""
+        """Record one batched env step (``next_obs``: the pre-reset observation of ended worlds)."""
         ...
 
-    def update(self) -> dict[str, torch.Tensor]:
-        """Run one update; return named scalar tensors for logging."""
+    def update(self, batch: Batch | None = None) -> dict[str, torch.Tensor]:
+        """Learn: from ``batch`` when given (one gradient step), else from the learner's own data
+        (its rollout or its sampler). Returns named scalar tensors (``loss_*`` and diagnostics);
+        an empty dict when there is nothing to learn from yet.
+        """
+        ...
+
+    def parameters(self) -> list[torch.Tensor]:
+        """Every learned tensor (what a divergence guard checks for non-finite values)."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -133,4 +148,10 @@ class Algorithm(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`."""
+        ...
+
+    def policy_module(self) -> torch.nn.Module:
+        """The deployable deterministic ``obs[B, D] -> action[B, A]`` module (normalisation folded
+        in), an independent CPU copy in eval mode: what export traces and deployment runs.
+        """
         ...

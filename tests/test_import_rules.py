@@ -31,6 +31,7 @@ SOURCE_ROOTS: dict[str, str] = {
 
 GROUPS: dict[str, str] = {
     "facade": "robolearn",
+    "gym": "robolearn.gym",
     "types": "robolearn.types",
     "utils": "robolearn.utils",
     "sim": "robolearn.sim",
@@ -56,13 +57,18 @@ and ``sim2real`` (``sim2real/__init__.py``) are the package files only, not thei
 
 PACKAGE_FILE_ONLY = {"facade", "sim2real"}
 
+ALGORITHM_SHARED = frozenset({"robolearn.algos.common", "robolearn.algos.registry"})
+"""Modules of ``robolearn/algos`` that are not an algorithm: the learners' shared behaviour and the
+registry (which imports every algorithm; nothing but it may)."""
+
 EVERYTHING = frozenset(GROUPS)
 
 MAY_IMPORT: dict[str, frozenset[str]] = {
-    # The package facade builds envs of registered tasks (robolearn.make / list_tasks) and reads the version.
-    # It also loads trained runs (robolearn.load_policy), lazily through cli, which rebuilds agents from
-    # a run's config.json: the facade is the user's entry point, like the console script.
-    "facade": frozenset({"cli", "envs", "tasks", "utils"}),
+    # The package facade builds envs of registered tasks (robolearn.make / list_tasks), reads the
+    # version and loads trained runs (robolearn.load_policy, in runners), all lazily inside functions.
+    "facade": frozenset({"envs", "runners", "tasks", "utils"}),
+    # robolearn.gym: importing it registers the tasks with Gymnasium (gymnasium.make("robolearn.gym:...")).
+    "gym": frozenset({"envs", "tasks"}),
     "types": frozenset(),
     "utils": frozenset({"types"}),
     "sim": frozenset({"types", "utils"}),
@@ -323,3 +329,108 @@ def test_walker_catches(path: str, source: str) -> None:
 )
 def test_walker_allows(path: str, source: str) -> None:
     assert check_source(path, source) == []
+
+
+def algorithm_package(module: str) -> str | None:
+    """``robolearn.algos.<name>`` for a module inside an algorithm's package, else ``None``."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[:2] == ["robolearn", "algos"] and module not in ALGORITHM_SHARED:
+        return ".".join(parts[:3])
+    return None
+
+
+def test_no_algorithm_imports_another() -> None:
+    files = source_files()
+    known = known_modules(files)
+    bad = []
+    for f in files:
+        rel = str(f.relative_to(REPO))
+        module, is_package = module_name(rel)
+        own = algorithm_package(module)
+        if own is None:
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        for line, target in _imported_modules(tree, module, is_package, known):
+            other = algorithm_package(target)
+            if other is not None and other != own:
+                bad.append(f"{rel}:{line}: {own} imports {target}; share it through robolearn.algos.common or robolearn.nn")
+    assert not bad, "\n".join(bad)
+
+
+class _DropTypeChecking(ast.NodeTransformer):
+    """Removes ``if TYPE_CHECKING:`` blocks: annotations-only imports never run, so they make no cycle."""
+
+    def visit_If(self, node: ast.If) -> ast.AST | None:
+        test = node.test
+        name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+        if name == "TYPE_CHECKING":
+            return None
+        return self.generic_visit(node)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """robolearn module -> the robolearn modules it imports when it runs (any import statement at any
+    depth, functions included; ``if TYPE_CHECKING:`` blocks excluded)."""
+    files = source_files()
+    known = known_modules(files)
+    graph: dict[str, set[str]] = {}
+    for f in files:
+        module, is_package = module_name(str(f.relative_to(REPO)))
+        tree = _DropTypeChecking().visit(ast.parse(f.read_text(encoding="utf-8")))
+        targets = set()
+        for _, target in _imported_modules(tree, module, is_package, known):
+            while target and target not in known:  # `from pkg.mod import name`: the module pkg.mod
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    # A package __init__ that re-exports its modules is not a cycle with them unless one of those
+    # modules imports the package back; every cycle here is two modules that need each other.
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)

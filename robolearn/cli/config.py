@@ -8,96 +8,26 @@ fields and the closest match, and checks each value against the field's annotati
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import types
-import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from robolearn.algos.bc.config import BCConfig
-from robolearn.algos.cql.config import CalQLConfig, CQLConfig
-from robolearn.algos.iql.config import IQLConfig
-from robolearn.algos.ppo.config import PPOConfig
-from robolearn.algos.sac.config import SACConfig
-from robolearn.algos.td3bc.config import TD3BCConfig
-from robolearn.runners import RunnerConfig
+from robolearn.algos import registry
+from robolearn.runners.train_config import (
+    INJECTED,
+    TrainConfig,
+    read_train_config,
+    saved_config,
+    train_config_from_dict,
+    train_config_to_dict,
+)
+from robolearn.utils.config import ConfigError, to_dataclass
 
-T = TypeVar("T")
-
-ALGOS: dict[str, type] = {
-    "ppo": PPOConfig,
-    "sac": SACConfig,
-    "bc": BCConfig,
-    "td3bc": TD3BCConfig,
-    "iql": IQLConfig,
-    "cql": CQLConfig,
-    "calql": CalQLConfig,
-}
-"""Algorithm names (``algo=<name>``) and their config dataclasses."""
-OFFLINE_ALGOS: frozenset[str] = frozenset({"bc", "td3bc", "iql", "cql", "calql"})
+ALGOS: dict[str, type] = {name: spec.config for name, spec in registry.ALGORITHMS.items()}
+"""Algorithm names (``algo=<name>``) and their config dataclasses, from the registry."""
+OFFLINE_ALGOS: frozenset[str] = frozenset(name for name, spec in registry.ALGORITHMS.items() if spec.offline)
 """Algorithms that learn from a dataset (``dataset=<file>``, ``total_grad_steps=N``)."""
-AlgoConfig = PPOConfig | SACConfig | BCConfig | TD3BCConfig | IQLConfig | CQLConfig | CalQLConfig
-"""Any algorithm's config."""
-
-INJECTED: dict[str, dict[str, str]] = {
-    "algo": {"seed": "seed"},
-    "runner": {"total_env_steps": "total_env_steps"},
-}
-"""Section fields filled from a top-level key (section -> field -> top-level key)."""
-
-
-class ConfigError(ValueError):
-    """A configuration value or key that cannot work; the message names the field and the choices."""
-
-
-@dataclass
-class TrainConfig:
-    """One training run: task, sizes, seeds, and the algorithm's and runner's configs."""
-
-    task: str
-    """Registered task id."""
-    algo: AlgoConfig
-    """The algorithm's config; its type says which algorithm."""
-    runner: RunnerConfig
-    """The training loop's config."""
-    task_overrides: dict[str, Any] = field(default_factory=dict)
-    """Task config overrides passed to ``robolearn.make`` (nested mappings become ``a__b`` keys)."""
-    seed: int = 0
-    """Seed of the training env, network init and algorithm generators."""
-    num_envs: int = 64
-    """Training worlds."""
-    eval_num_envs: int = 8
-    """Evaluation worlds; 0 disables evaluation."""
-    total_env_steps: int = 1_000_000
-    """Environment steps of the run."""
-    device: str = "cpu"
-    """Torch device of envs and learner."""
-    backend: str = "mujoco"
-    """Simulation backend."""
-    run_dir: str = "runs"
-    """Where the run is written."""
-    resume: str | None = None
-    """A run directory to continue from its latest checkpoint."""
-    dataset: str | None = None
-    """Offline algorithms: the dataset file (robolearn or D4RL HDF5) or ``minari:<dataset id>``."""
-    total_grad_steps: int = 1_000_000
-    """Offline algorithms: gradient steps of the run."""
-    normalize_obs: bool = True
-    """Offline algorithms: normalise observations with the dataset's mean and std (as CORL)."""
-
-    @property
-    def algo_name(self) -> str:
-        """Key of :data:`ALGOS` that names :attr:`algo`'s type (the most derived match)."""
-        return next(name for name, cls in ALGOS.items() if type(self.algo) is cls)
-
-    @property
-    def offline(self) -> bool:
-        """Whether the algorithm learns from :attr:`dataset`."""
-        return self.algo_name in OFFLINE_ALGOS
 
 
 @dataclass
@@ -305,146 +235,22 @@ def plain(cfg: DictConfig) -> dict[str, Any]:
     return {str(k): v for k, v in container.items()}
 
 
-def to_dataclass(cls: type[T], mapping: Mapping[str, Any], path: str = "") -> T:
-    """Build dataclass ``cls`` from ``mapping``, checking every key and value.
-
-    Args:
-        cls: the dataclass.
-        mapping: field values; missing fields keep their defaults.
-        path: dotted location of ``mapping`` in the whole config, for messages (``algo``).
-
-    Raises:
-        ConfigError: an unknown key (named, with the valid fields and the closest match), a value
-            of the wrong type, a missing required field, or a value ``__post_init__`` rejects.
-    """
-    if not isinstance(mapping, Mapping):
-        raise ConfigError(f"{path or cls.__name__}: expected a mapping of {cls.__name__} fields, got {mapping!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for key, value in mapping.items():
-        where = f"{path}.{key}" if path else str(key)
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(
-                f"{where}: field {key!r} is not in {cls.__name__}{hint}; valid fields: {', '.join(fields)}"
-            )
-        kwargs[key] = _convert(hints[key], value, where)
-    missing = [
-        n for n, f in fields.items()
-        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise ConfigError(f"{path or cls.__name__}: missing required field(s) {', '.join(missing)} of {cls.__name__}")
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path or cls.__name__}: {exc}") from exc
-
-
-def _convert(annotation: Any, value: Any, where: str) -> Any:
-    """``value`` checked against ``annotation``; lists become tuples where a tuple is expected."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(annotation):
-            try:
-                return _convert(option, value, where)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{where}: expected {_name(annotation)}, got {value!r}")
-    if annotation is type(None):
-        if value is None:
-            return None
-    elif annotation is Any:
-        return value
-    elif annotation is bool:
-        if isinstance(value, bool):
-            return value
-    elif annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif annotation is str:
-        if isinstance(value, str):
-            return value
-    elif origin is tuple:
-        if isinstance(value, (list, tuple)):
-            args = typing.get_args(annotation)
-            if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-            if len(args) == len(value):
-                return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
-    elif origin is dict or annotation is dict:
-        if isinstance(value, Mapping):
-            return dict(value)
-    elif dataclasses.is_dataclass(annotation):
-        if isinstance(value, annotation):  # type: ignore[arg-type]
-            return value
-        if isinstance(value, Mapping):
-            return to_dataclass(annotation, value, where)  # type: ignore[arg-type]
-    else:
-        return value  # an annotation this checker does not know: the dataclass validates
-    raise ConfigError(f"{where}: expected {_name(annotation)}, got {value!r}")
-
-
-def _name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-
-
-def train_config_from_dict(mapping: Mapping[str, Any]) -> TrainConfig:
-    """A :class:`TrainConfig` from the composed (or a run's saved ``config.json``) mapping.
-
-    ``algo.name`` picks the algorithm's dataclass; the top-level ``seed`` and ``total_env_steps``
-    fill ``algo.seed`` (where the config has one) and ``runner.total_env_steps``.
-    """
-    top = dict(mapping)
-    algo = dict(top.pop("algo", None) or {})
-    runner = dict(top.pop("runner", None) or {})
-    name = algo.pop("name", "ppo")
-    if name not in ALGOS:
-        raise ConfigError(f"algo: unknown algorithm {name!r}; valid choices: {', '.join(ALGOS)}")
-    algo_cls = ALGOS[name]
-    for section, values, cls in (("algo", algo, algo_cls), ("runner", runner, RunnerConfig)):
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key, source in INJECTED[section].items():
-            if key in values:
-                raise ConfigError(f"{section}.{key}: set it with the top-level {source}=")
-            if key in known and source in top:
-                values[key] = top[source]
-    top["algo"] = to_dataclass(algo_cls, algo, "algo")
-    top["runner"] = to_dataclass(RunnerConfig, runner, "runner")
-    cfg = to_dataclass(TrainConfig, top)
-    for key in ("num_envs", "total_env_steps", "total_grad_steps"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"{key}: expected an integer >= 1, got {getattr(cfg, key)}")
-    if cfg.offline and not cfg.dataset:
-        raise ConfigError(f"dataset: algo={cfg.algo_name} learns offline and needs dataset=<file>")
-    if cfg.eval_num_envs < 0:
-        raise ConfigError(f"eval_num_envs: expected an integer >= 0, got {cfg.eval_num_envs}")
-    return cfg
-
-
-def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
-    """The mapping :func:`train_config_from_dict` reads back (written as the run's ``config.json``)."""
-    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("algo", "runner")}
-    algo = {"name": cfg.algo_name, **dataclasses.asdict(cfg.algo)}
-    runner = dataclasses.asdict(cfg.runner)
-    for section, values in (("algo", algo), ("runner", runner)):
-        for key in INJECTED[section]:
-            values.pop(key, None)
-    out["algo"], out["runner"] = algo, runner
-    return _lists(out)
-
-
-def _lists(value: Any) -> Any:
-    """Tuples as lists, recursively (JSON and OmegaConf both speak lists)."""
-    if isinstance(value, Mapping):
-        return {k: _lists(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_lists(v) for v in value]
-    return value
+__all__ = [
+    "ALGOS",
+    "INJECTED",
+    "OFFLINE_ALGOS",
+    "CollectConfig",
+    "ConfigError",
+    "EvalConfig",
+    "ExportConfig",
+    "Perturbation",
+    "RecipeConfig",
+    "Sim2SimConfig",
+    "TrainConfig",
+    "plain",
+    "read_train_config",
+    "saved_config",
+    "to_dataclass",
+    "train_config_from_dict",
+    "train_config_to_dict",
+]

@@ -305,30 +305,3 @@ def build_critic(obs_dim: int, action_dim: int, cfg: Any, hl: HLGauss | None) ->
         cfg.activation,
         num_outputs=1 if hl is None else hl.num_bins,
     )
-
-
-class OfflineActing:
-    """The acting verbs every offline learner shares: dataset statistics set once, raw observations
-    in, the actor's deterministic in-bounds action out (an offline learner does not explore).
-
-    The learner provides ``actor`` (with ``act_deterministic``), ``actor_group``, ``obs_norm``
-    (:class:`ObsNormalization`) and ``device``.
-    """
-
-    actor: nn.Module
-    actor_group: str
-    obs_norm: ObsNormalization
-    device: torch.device
-
-    def set_obs_normalization(self, mean: Mapping[str, torch.Tensor], std: Mapping[str, torch.Tensor]) -> None:
-        """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""
-        self.obs_norm.set(mean, std)
-
-    @torch.inference_mode()
-    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Deterministic in-bounds actions ``[N, A]`` from raw observations."""
-        return self.actor.act_deterministic(self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device)))
-
-    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Same as :meth:`act_inference`."""
-        return self.act_inference(obs)

@@ -9,11 +9,12 @@ import torch
 
 from robolearn.algos.bc.config import BCConfig
 from robolearn.algos.bc.losses import bc_loss
-from robolearn.nn.offline import FIRST_LAYER, DeterministicActor, NetSpec, ObsNormalization, OfflineActing
+from robolearn.algos.common import OfflineLearner
+from robolearn.nn.offline import FIRST_LAYER, DeterministicActor, NetSpec, ObsNormalization
 from robolearn.types import Batch
 
 
-class BC(OfflineActing):
+class BC(OfflineLearner):
     """An actor and its optimiser; one :meth:`update` is one gradient step on a sampled batch."""
 
     def __init__(
@@ -65,7 +66,7 @@ class BC(OfflineActing):
     def _nets(self) -> dict[str, NetSpec]:
         return {"actor": (self.actor, self.actor_group, FIRST_LAYER["actor"])}
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One gradient step on ``batch`` (raw observations, on this device); returns detached tensors."""
         obs = self.obs_norm(self.actor_group, batch.obs[self.actor_group])
         out = bc_loss(self.actor, obs, batch.action)
@@ -75,7 +76,7 @@ class BC(OfflineActing):
         self.num_updates += 1
         return {k: v.detach() for k, v in out.items()}
 
-    def state_dict(self) -> dict[str, Any]:
+    def learner_state(self) -> dict[str, Any]:
         """The actor (a network of raw observations), optimiser, statistics, generator and counter."""
         return {
             **self.obs_norm.export_networks(self._nets),
@@ -85,7 +86,7 @@ class BC(OfflineActing):
             "num_updates": self.num_updates,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_learner_state(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`."""
         if "obs_normalization" in state:
             self.obs_norm.load_state_dict(state["obs_normalization"])

@@ -18,16 +18,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from robolearn.algos.common import OfflineLearner, alpha_loss
 from robolearn.algos.cql.config import CQLConfig
 from robolearn.algos.cql.losses import actor_loss, alpha_prime_loss, critic_loss, sample_actions
-from robolearn.algos.sac.losses import alpha_loss
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
 from robolearn.nn.offline import (
     FIRST_LAYER,
     NetSpec,
     ObsNormalization,
-    OfflineActing,
     build_critic,
     check_groups,
     make_hl_gauss,
@@ -55,7 +54,7 @@ def corl_init_(actor: TanhGaussianActor, critic: CriticEnsemble) -> None:
         bias.zero_()
 
 
-class CQL(OfflineActing):
+class CQL(OfflineLearner):
     """Actor, critic ensemble and target, temperature, optional Lagrange multiplier and their
     optimisers; :meth:`update` is one step of all of them. ``cfg.calibrated`` makes it Cal-QL.
     """
@@ -127,7 +126,7 @@ class CQL(OfflineActing):
         """
         return bool(self.cfg.calibrated)
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One step of actor, temperature, critics (and Lagrange multiplier) on ``batch`` (raw
         observations, on this device; Cal-QL also ``extras["mc_return"]``); returns detached tensors.
         """
@@ -216,7 +215,7 @@ class CQL(OfflineActing):
             soft_update_(self.target_critic, self.critic, cfg.tau)
         return {k: v.detach() for k, v in out.items()}
 
-    def state_dict(self) -> dict[str, Any]:
+    def learner_state(self) -> dict[str, Any]:
         """SAC's keys (networks of raw observations, ``log_alpha``, optimisers, generator, counter)
         plus the Lagrange multiplier, the statistics and, when set, the exact normalised networks.
         """
@@ -233,7 +232,7 @@ class CQL(OfflineActing):
             "obs_normalization": self.obs_norm.state_dict(),
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_learner_state(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (or from a SAC checkpoint: its networks are raw-observation ones)."""
         if "obs_normalization" in state:
             self.obs_norm.load_state_dict(state["obs_normalization"])

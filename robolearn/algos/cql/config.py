@@ -91,6 +91,8 @@ class CQLConfig:
     initial Q-values are ~0 and the initial policy is near-centred. False: torch defaults (as SAC)."""
     actor_obs_group: str = "policy"
     """Observation group the actor reads."""
+    buffer_size: int = 1_000_000
+    """Online transitions kept when the learner acts in an env (``process``; offline-to-online)."""
     critic_obs_group: str | None = None
     """Observation group the critics read; ``None`` means the actor's."""
     critic_type: str = "mse"
@@ -105,6 +107,8 @@ class CQLConfig:
 
     def __post_init__(self) -> None:
         """Validate ranges; a bad value names the field."""
+        if isinstance(self.buffer_size, bool) or int(self.buffer_size) != self.buffer_size or self.buffer_size < 1:
+            raise ValueError(f"buffer_size: expected an integer >= 1, got {self.buffer_size!r}")
         for name in ("batch_size", "target_update_period", "cql_n_actions", "num_critics"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")

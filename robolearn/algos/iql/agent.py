@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from robolearn.algos.common import OfflineLearner
 from robolearn.algos.iql.config import IQLConfig
 from robolearn.algos.iql.losses import actor_loss, critic_loss, value_loss
 from robolearn.nn.actors import TanhGaussianActor
@@ -22,14 +23,13 @@ from robolearn.nn.offline import (
     DeterministicActor,
     NetSpec,
     ObsNormalization,
-    OfflineActing,
     check_groups,
     make_hl_gauss,
 )
 from robolearn.types import Batch
 
 
-class IQL(OfflineActing):
+class IQL(OfflineLearner):
     """Actor, Q ensemble with its target, value network V, their optimisers (and the actor's
     optional cosine schedule); :meth:`update` is one step of all three.
     """
@@ -97,7 +97,7 @@ class IQL(OfflineActing):
             "value": (self.value, c, FIRST_LAYER["value"]),
         }
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One step of V, Q and the actor on ``batch`` (raw observations, on this device), then the
         target lerp; returns detached tensors.
         """
@@ -121,7 +121,7 @@ class IQL(OfflineActing):
         out["advantage_mean"] = adv.mean()
         return {k: v.detach() for k, v in out.items()}
 
-    def state_dict(self) -> dict[str, Any]:
+    def learner_state(self) -> dict[str, Any]:
         """Networks (of raw observations), target, optimisers, schedule, statistics, generator, counter."""
         state = {
             **self.obs_norm.export_networks(self._nets),
@@ -136,7 +136,7 @@ class IQL(OfflineActing):
             state["actor_scheduler"] = self.actor_scheduler.state_dict()
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_learner_state(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`; a missing target starts from the critic."""
         if "obs_normalization" in state:
             self.obs_norm.load_state_dict(state["obs_normalization"])

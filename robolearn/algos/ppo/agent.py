@@ -31,6 +31,7 @@ from robolearn.algos.ppo.losses import adaptive_learning_rate, gaussian_kl, ppo_
 from robolearn.data.rollout import RolloutStorage
 from robolearn.nn import MLP, EmpiricalNormalizer
 from robolearn.nn.distributions import DiagGaussian
+from robolearn.nn.policy import deployable
 from robolearn.types import Transition
 
 ACTOR_KEY = "actor"
@@ -78,11 +79,11 @@ class PPO:
         self.critic_normalizer.to(self.device)
 
         self.learning_rate = torch.tensor(float(cfg.learning_rate), device=self.device)
-        self.parameters = [*self.actor.parameters(), *self.dist.parameters(), *self.critic.parameters()]
+        self._trained = [*self.actor.parameters(), *self.dist.parameters(), *self.critic.parameters()]
         # Adam takes the lr tensor itself; the adaptive schedule updates it in place, so no float
         # has to be read back per minibatch. On CUDA, capturable keeps Adam from reading it either.
         self.optimizer = torch.optim.Adam(
-            self.parameters, lr=self.learning_rate, capturable=self.device.type == "cuda"
+            self._trained, lr=self.learning_rate, capturable=self.device.type == "cuda"
         )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(cfg.seed)
@@ -175,11 +176,15 @@ class PPO:
             )
 
     # -- learning ----------------------------------------------------------------------------
-    def update(self) -> dict[str, torch.Tensor]:
+    def update(self, batch: Any = None) -> dict[str, torch.Tensor]:
         """``num_epochs x num_minibatches`` gradient steps on the rollout; returns mean statistics as
         0-d tensors (``loss_policy``, ``loss_value``, ``loss_entropy``, ``kl``, ``clip_fraction``,
         ``learning_rate``, ``action_std``). Clears the rollout.
+
+        PPO learns only from its own on-policy rollout: an external ``batch`` is refused.
         """
+        if batch is not None:
+            raise ValueError("PPO.update: PPO learns from its own rollout (process + compute_returns); got an external batch")
         if self.storage is None:
             raise RuntimeError("update() before any rollout")
         cfg = self.cfg
@@ -209,7 +214,7 @@ class PPO:
             total = losses["loss_policy"] + losses["loss_value"] + losses["loss_entropy"]
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
-            nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm)
+            nn.utils.clip_grad_norm_(self._trained, cfg.max_grad_norm)
             self.optimizer.step()
             for name, value in losses.items():
                 sums[name] += value.detach()
@@ -221,6 +226,16 @@ class PPO:
         stats["learning_rate"] = self.learning_rate.clone()
         stats["action_std"] = self.dist.std(torch.zeros(self.action_dim, device=self.device)).detach().mean()
         return stats
+
+    # -- what the runners and export read ---------------------------------------------------
+    def parameters(self) -> list[torch.Tensor]:
+        """Every learned tensor: actor, noise, critic, and the normalisers' running statistics."""
+        stats = [*self.actor_normalizer.buffers(), *self.critic_normalizer.buffers()]
+        return [*self._trained, *stats]
+
+    def policy_module(self) -> nn.Module:
+        """The deterministic ``obs -> action`` module (normaliser, then the mean), a CPU copy in eval mode."""
+        return deployable(nn.Sequential(self.actor_normalizer, self.actor))
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

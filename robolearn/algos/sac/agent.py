@@ -16,8 +16,10 @@ import torch
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer
+from robolearn.data.sampler import ReplaySampler, Sampler
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
+from robolearn.nn.policy import SquashedMean, deployable
 from robolearn.types import Batch, Obs, Transition
 
 
@@ -79,6 +81,11 @@ class SAC:
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         self.replay = ReplayBuffer(cfg.buffer_size, self.device)
+        self.sampler: Sampler = ReplaySampler(self.replay, self.generator)
+        """Where :meth:`update` draws its batches: this agent's replay by default; a
+        :class:`~robolearn.data.sampler.DatasetSampler` or a :class:`~robolearn.data.sampler.MixedSampler`
+        of replay and dataset for offline-to-online learning.
+        """
         self.num_updates = 0
         """Gradient steps taken on the critic (host counter; drives ``policy_delay``)."""
 
@@ -140,18 +147,26 @@ class SAC:
         )
 
     # -- learning -------------------------------------------------------------------------------
-    def update(self) -> dict[str, torch.Tensor]:
-        """``utd_ratio`` gradient steps; returns the last step's losses and diagnostics (tensors).
+    def update(self, batch: Batch | None = None) -> dict[str, torch.Tensor]:
+        """Gradient steps; returns the last step's losses and diagnostics (tensors).
 
-        Returns an empty dict until ``learning_starts`` transitions are stored.
+        Without ``batch``: ``utd_ratio`` steps on batches from :attr:`sampler`, or nothing (an empty
+        dict) while fewer than ``learning_starts`` transitions were collected or the sampler is
+        empty. With ``batch``: exactly one step on it. Either way the update counter advances per
+        step, so ``policy_delay`` holds whoever supplies the batches.
         """
-        if len(self.replay) < max(self.cfg.learning_starts, 1):
+        if batch is not None:
+            return self._step(batch)
+        if len(self.replay) < self.cfg.learning_starts or len(self.sampler) == 0:
             return {}
         out: dict[str, torch.Tensor] = {}
         for _ in range(self.cfg.utd_ratio):
-            batch = self.replay.sample(self.cfg.batch_size, self.generator)
-            out.update(self.update_step(batch, update_actor=self.num_updates % self.cfg.policy_delay == 0))
-            self.num_updates += 1
+            out.update(self._step(self.sampler.sample(self.cfg.batch_size)))
+        return out
+
+    def _step(self, batch: Batch) -> dict[str, torch.Tensor]:
+        out = self.update_step(batch, update_actor=self.num_updates % self.cfg.policy_delay == 0)
+        self.num_updates += 1
         return out
 
     def update_step(self, batch: Batch, update_actor: bool = True) -> dict[str, torch.Tensor]:
@@ -208,6 +223,20 @@ class SAC:
         out["alpha"] = self.alpha
         return out
 
+    # -- what the runners and export read ------------------------------------------------------
+    def parameters(self) -> list[torch.Tensor]:
+        """Every learned tensor: actor, critics, target critics and the temperature."""
+        return [
+            *self.actor.parameters(),
+            *self.critic.parameters(),
+            *self.target_critic.parameters(),
+            self.log_alpha,
+        ]
+
+    def policy_module(self) -> torch.nn.Module:
+        """The deterministic ``obs -> action`` module (the squashed mean), a CPU copy in eval mode."""
+        return deployable(SquashedMean(self.actor))
+
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Networks, target critics, temperature, optimisers, replay buffer, generator and counters."""
@@ -224,6 +253,7 @@ class SAC:
             "alpha_optimizer": self.alpha_optimizer.state_dict(),
             "generator": self.generator.get_state(),
             "num_updates": self.num_updates,
+            "sampler": self.sampler.state_dict(),
         }
         if include_replay:
             state["replay"] = self.replay.state_dict()
@@ -256,3 +286,5 @@ class SAC:
         if "generator" in state:
             self.generator.set_state(state["generator"])
         self.num_updates = int(state.get("num_updates", 0))
+        if "sampler" in state:
+            self.sampler.load_state_dict(state["sampler"])

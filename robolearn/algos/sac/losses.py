@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from robolearn.algos.common import alpha_loss
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble
 from robolearn.types import Batch
@@ -85,15 +86,6 @@ def actor_loss(
     loss = (alpha.detach() * log_prob - q).mean()
     log_prob = log_prob.detach()
     return {"loss_actor": loss, "log_prob": log_prob, "entropy": -log_prob.mean()}
-
-
-def alpha_loss(
-    log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float
-) -> dict[str, torch.Tensor]:
-    """Temperature loss ``mean(log_alpha * (-log_prob - target_entropy))``: alpha rises when the
-    policy's entropy falls below the target. ``log_prob`` enters detached. Returns ``loss_alpha``.
-    """
-    return {"loss_alpha": (log_alpha * (-log_prob.detach() - target_entropy)).mean()}
 
 
 __all__: list[str] = ["actor_loss", "alpha_loss", "critic_loss", "td_target"]

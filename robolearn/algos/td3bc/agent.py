@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from robolearn.algos.common import OfflineLearner
 from robolearn.algos.td3bc.config import TD3BCConfig
 from robolearn.algos.td3bc.losses import actor_loss, critic_loss
 from robolearn.nn.ensemble import make_target, soft_update_
@@ -19,7 +20,6 @@ from robolearn.nn.offline import (
     DeterministicActor,
     NetSpec,
     ObsNormalization,
-    OfflineActing,
     build_critic,
     check_groups,
     make_hl_gauss,
@@ -27,7 +27,7 @@ from robolearn.nn.offline import (
 from robolearn.types import Batch
 
 
-class TD3BC(OfflineActing):
+class TD3BC(OfflineLearner):
     """Actor, critic ensemble, their targets and optimisers; :meth:`update` is one critic step
     (and, every ``policy_delay`` steps, one actor step and the target lerp).
     """
@@ -79,7 +79,7 @@ class TD3BC(OfflineActing):
             "target_critic": (self.target_critic, c, FIRST_LAYER["critic"]),
         }
 
-    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+    def update_step(self, batch: Batch) -> dict[str, torch.Tensor]:
         """One critic step on ``batch`` (raw observations, on this device), the delayed actor step
         and target lerp when due; returns detached tensors.
         """
@@ -120,7 +120,7 @@ class TD3BC(OfflineActing):
             soft_update_(self.target_actor, self.actor, cfg.tau)
         return out
 
-    def state_dict(self) -> dict[str, Any]:
+    def learner_state(self) -> dict[str, Any]:
         """Networks (of raw observations) and targets, optimisers, statistics, generator and counter."""
         return {
             **self.obs_norm.export_networks(self._nets),
@@ -131,7 +131,7 @@ class TD3BC(OfflineActing):
             "num_updates": self.num_updates,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_learner_state(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`; missing targets start from their online networks."""
         if "obs_normalization" in state:
             self.obs_norm.load_state_dict(state["obs_normalization"])

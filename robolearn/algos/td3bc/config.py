@@ -41,6 +41,12 @@ class TD3BCConfig:
     """LayerNorm after each hidden layer of the critics."""
     actor_obs_group: str = "policy"
     """Observation group the actor reads."""
+    buffer_size: int = 1_000_000
+    """Online transitions kept when the learner acts in an env (``process``; offline-to-online)."""
+    exploration_noise: float = 0.1
+    """Online exploration of a deterministic actor: Gaussian noise of this times the half action range
+    (TD3's 0.1), clipped to the bounds; 0 acts deterministically.
+    """
     critic_obs_group: str | None = None
     """Observation group the critics read; ``None`` means the actor's."""
     critic_type: str = "mse"
@@ -54,6 +60,10 @@ class TD3BCConfig:
 
     def __post_init__(self) -> None:
         """Validate ranges; a bad value names the field."""
+        if isinstance(self.buffer_size, bool) or int(self.buffer_size) != self.buffer_size or self.buffer_size < 1:
+            raise ValueError(f"buffer_size: expected an integer >= 1, got {self.buffer_size!r}")
+        if not 0.0 <= float(self.exploration_noise) < float("inf"):
+            raise ValueError(f"exploration_noise: expected a finite value >= 0, got {self.exploration_noise!r}")
         for name in ("batch_size", "policy_delay", "num_critics"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")

@@ -1,0 +1,175 @@
+"""What the learners share that is not a network: the verbs of the offline learners and the
+entropy-temperature loss of SAC and CQL.
+
+``robolearn/algos/<name>/`` packages never import one another (DESIGN.md); a block two of them
+share lives in ``robolearn/nn`` when it is a network and here when it is learner behaviour
+(tests/test_import_rules.py enforces both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from robolearn.data.replay import ReplayBuffer
+from robolearn.nn.offline import DeterministicActor, NetSpec, ObsNormalization
+from robolearn.nn.policy import SquashedMean, deployable
+from robolearn.types import Batch, Transition
+
+
+class OfflineLearner:
+    """The verbs every offline learner shares (DESIGN.md, "Algorithm"), so it can also act, store and
+    learn online (offline-to-online fine-tuning is a sampler and a runner, not a new class).
+
+    - :meth:`act_inference`: the actor's deterministic in-bounds action from raw observations;
+    - :meth:`act`: an exploring action: a sample of a stochastic actor, or the deterministic action
+      plus Gaussian noise of ``cfg.exploration_noise`` times the half action range, clipped;
+    - :meth:`process`: stores a batched env step in :attr:`replay` (allocated on first use);
+    - :meth:`update`: one gradient step on the given batch, or on one drawn from :attr:`sampler`;
+    - :meth:`parameters`, :meth:`policy_module`, :meth:`state_dict` / :meth:`load_state_dict`
+      (the learner's own state plus the sampler's and, once filled, the replay buffer).
+
+    The learner provides ``actor`` (with ``act_deterministic``), ``actor_group``, ``obs_norm``
+    (:class:`ObsNormalization`), ``device``, ``generator``, ``cfg`` (``batch_size``, optionally
+    ``buffer_size`` and ``exploration_noise``), ``_nets``, :meth:`update_step`,
+    :meth:`learner_state` and :meth:`load_learner_state`.
+    """
+
+    actor: nn.Module
+    actor_group: str
+    obs_norm: ObsNormalization
+    device: torch.device
+    generator: torch.Generator
+    cfg: Any
+    sampler: Any = None
+    """Where :meth:`update` draws a batch when none is given (a :mod:`robolearn.data.sampler` sampler)."""
+    _replay: ReplayBuffer | None = None
+
+    def set_obs_normalization(self, mean: Mapping[str, torch.Tensor], std: Mapping[str, torch.Tensor]) -> None:
+        """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""
+        self.obs_norm.set(mean, std)
+
+    @torch.inference_mode()
+    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Deterministic in-bounds actions ``[N, A]`` from raw observations."""
+        return self.actor.act_deterministic(self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device)))
+
+    @torch.inference_mode()
+    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Exploring in-bounds actions ``[N, A]`` (see the class docstring), drawn from :attr:`generator`."""
+        x = self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device))
+        if not isinstance(self.actor, DeterministicActor):  # a tanh-Gaussian actor explores by sampling
+            action, _ = self.actor(x, generator=self.generator)
+            return action
+        action = self.actor(x)
+        sigma = float(getattr(self.cfg, "exploration_noise", 0.0))
+        if sigma == 0.0:
+            return action
+        scale, offset = self.actor.action_scale, self.actor.action_offset
+        noise = torch.randn(action.shape, generator=self.generator, device=self.device) * (sigma * scale)
+        return torch.minimum(torch.maximum(action + noise, offset - scale), offset + scale)
+
+    @property
+    def replay(self) -> ReplayBuffer:
+        """The learner's own replay buffer of online transitions (``cfg.buffer_size`` of them)."""
+        if self._replay is None:
+            self._replay = ReplayBuffer(int(getattr(self.cfg, "buffer_size", 1_000_000)), self.device)
+        return self._replay
+
+    def process(self, transition: Transition) -> None:
+        """Store one batched env step; ``next_obs`` is the pre-reset observation of ended worlds."""
+        groups = list(dict.fromkeys(net[1] for net in self._nets.values()))
+        self.replay.add(
+            {g: transition.obs[g] for g in groups},
+            transition.action,
+            transition.reward,
+            {g: transition.next_obs[g] for g in groups},
+            transition.terminated,
+            transition.truncated,
+        )
+
+    def update(self, batch: Batch | None = None) -> dict[str, torch.Tensor]:
+        """One gradient step on ``batch`` (raw observations), or on ``cfg.batch_size`` transitions
+        drawn from :attr:`sampler` when no batch is given; returns detached tensors.
+        """
+        if batch is None:
+            if self.sampler is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}.update: no batch given and no sampler set "
+                    "(set agent.sampler to a robolearn.data.sampler sampler, or pass a batch)"
+                )
+            batch = self.sampler.sample(int(self.cfg.batch_size))
+        return self.update_step(batch)
+
+    def update_step(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One gradient step on ``batch``; each learner implements it."""
+        raise NotImplementedError
+
+    @property
+    def _nets(self) -> dict[str, NetSpec]:
+        raise NotImplementedError
+
+    def parameters(self) -> list[torch.Tensor]:
+        """Every learned tensor: the parameters and buffers of each network, and learned scalars
+        (temperatures, Lagrange multipliers) the learner holds as tensors.
+        """
+        out: list[torch.Tensor] = []
+        for value in vars(self).values():
+            if isinstance(value, nn.Module):
+                out.extend(value.parameters())
+                out.extend(b for b in value.buffers() if b.is_floating_point())
+            elif isinstance(value, torch.Tensor) and value.requires_grad:
+                out.append(value)
+        return out
+
+    def policy_module(self) -> nn.Module:
+        """The deterministic ``obs -> action`` module with the dataset statistics folded in, a CPU
+        copy in eval mode.
+        """
+        return deployable(SquashedMean(self.actor), self.obs_norm.stats, self.actor_group)
+
+    def learner_state(self) -> dict[str, Any]:
+        """The learner's own checkpoint: networks, optimisers, statistics, generator, counters."""
+        raise NotImplementedError
+
+    def load_learner_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`learner_state`."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: :meth:`learner_state`, the sampler's state and the replay
+        buffer (once it holds anything).
+        """
+        state = self.learned_state_dict()
+        if self._replay is not None and len(self._replay):
+            state["replay"] = self._replay.state_dict()
+        return state
+
+    def learned_state_dict(self) -> dict[str, Any]:
+        """:meth:`state_dict` without the replay buffer: what a rollback of bad updates restores."""
+        state = self.learner_state()
+        if self.sampler is not None:
+            state["sampler"] = self.sampler.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; a state without ``replay`` keeps this buffer."""
+        self.load_learner_state(state)
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
+        if self.sampler is not None and "sampler" in state:
+            self.sampler.load_state_dict(state["sampler"])
+
+def alpha_loss(
+    log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float
+) -> dict[str, torch.Tensor]:
+    """Temperature loss ``mean(log_alpha * (-log_prob - target_entropy))``: alpha rises when the
+    policy's entropy falls below the target. ``log_prob`` enters detached. Returns ``loss_alpha``.
+    """
+    return {"loss_alpha": (log_alpha * (-log_prob.detach() - target_entropy)).mean()}
+
+
+__all__ = ["OfflineLearner", "alpha_loss"]

@@ -1,0 +1,125 @@
+"""A trained run as a deterministic policy: :func:`load_policy` and :class:`LoadedPolicy`.
+
+The agent is rebuilt from the run's ``config.json`` (through the algorithm registry) and its
+``policy_spec.json`` (observation sizes, action size and bounds), so loading a policy needs
+neither the simulator nor the task registry: what a deploy runtime on a robot stands on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from robolearn.algos import registry
+from robolearn.runners.checkpoint import CheckpointManager, load_checkpoint
+from robolearn.runners.train_config import TrainConfig, read_train_config
+from robolearn.utils.config import ConfigError
+
+
+class LoadedPolicy:
+    """A trained run's deterministic policy: :meth:`act` on observation dicts, plus its spec and config."""
+
+    def __init__(self, agent: Any, cfg: TrainConfig, spec: dict[str, Any], checkpoint: Path) -> None:
+        self.agent = agent
+        """The rebuilt agent with the checkpoint's weights."""
+        self.cfg = cfg
+        """The run's training config."""
+        self.spec = spec
+        """The run's ``policy_spec.json`` (what each observation and action number means)."""
+        self.checkpoint = checkpoint
+        """The checkpoint file the weights came from."""
+
+    def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Deterministic actions ``[N, A]`` for an observation dict (as ``env.obs``)."""
+        with torch.inference_mode():
+            return self.agent.act_inference(obs)
+
+    def module(self) -> nn.Module:
+        """The policy as a plain ``obs -> action`` module on the CPU (what export traces)."""
+        return self.agent.policy_module()
+
+
+def read_policy_spec(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run's ``policy_spec.json`` as a mapping.
+
+    Raises:
+        FileNotFoundError: the run has none.
+        ConfigError: it is not a JSON object (the file is named).
+    """
+    path = Path(run_dir) / "policy_spec.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: the run's observation and action layout is unknown")
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(spec).__name__}")
+    return spec
+
+
+def agent_spaces(spec: Mapping[str, Any], where: str = "policy_spec.json") -> dict[str, Any]:
+    """``obs_dims``, ``action_dim``, ``action_low`` and ``action_high`` of a policy spec: what an
+    agent's constructor needs, read without an env.
+
+    Raises:
+        ConfigError: a field is missing or malformed (named, with ``where``).
+    """
+    try:
+        obs_dims = {str(g): math.prod(int(d) for d in group["shape"]) for g, group in spec["observations"].items()}
+        action_dim = int(spec["action_dim"])
+        low = [_number(v) for term in spec["actions"] for v in _values(term["low"], term["dim"])]
+        high = [_number(v) for term in spec["actions"] for v in _values(term["high"], term["dim"])]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"{where}: cannot read the observation and action layout ({type(exc).__name__}: {exc})") from None
+    if len(low) != action_dim or len(high) != action_dim:
+        raise ConfigError(f"{where}: action bounds give {len(low)}/{len(high)} values for action_dim {action_dim}")
+    return {
+        "obs_dims": obs_dims,
+        "action_dim": action_dim,
+        "action_low": torch.tensor(low, dtype=torch.float32),
+        "action_high": torch.tensor(high, dtype=torch.float32),
+    }
+
+
+def _values(value: Any, dim: int) -> list[Any]:
+    """A spec's bound: a list of ``dim`` values or one value for all."""
+    return list(value) if isinstance(value, (list, tuple)) else [value] * int(dim)
+
+
+def _number(value: Any) -> float:
+    """A JSON number, or the strings ``"inf"``/``"-inf"`` the spec writes for unbounded actions."""
+    return float(value)
+
+
+def load_policy(run_dir: str | os.PathLike[str], device: str = "cpu") -> LoadedPolicy:
+    """Rebuild a run's agent from its ``config.json`` and ``policy_spec.json`` and load its newest
+    checkpoint.
+
+    Raises:
+        FileNotFoundError: the run has no config, spec or checkpoint.
+        ConfigError: the config or spec cannot be read (the file is named).
+    """
+    run = Path(run_dir)
+    cfg = read_train_config(run)
+    spec = read_policy_spec(run)
+    spaces = agent_spaces(spec, str(run / "policy_spec.json"))
+    path = CheckpointManager(run, keep=None).latest()
+    if path is None:
+        raise FileNotFoundError(f"no checkpoint in {run / 'checkpoints'}")
+    state = load_checkpoint(path, map_location=device)
+    algo = registry.spec_of(cfg.algo)
+    agent = algo.build(cfg.algo, spaces["obs_dims"], spaces["action_dim"], action_low=spaces["action_low"],
+                       action_high=spaces["action_high"], device=device, seed=cfg.seed)
+    agent.load_state_dict(state["agent"])
+    return LoadedPolicy(agent, cfg, spec, path)
+
+
+__all__ = ["LoadedPolicy", "agent_spaces", "load_policy", "read_policy_spec"]

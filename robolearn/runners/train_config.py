@@ -1,0 +1,216 @@
+"""One training run's configuration, as written to and read back from ``<run>/config.json``.
+
+:func:`train_config_from_dict` is the single gate every training setting passes: the algorithm is
+looked up in :mod:`robolearn.algos.registry`, each section is built by
+:func:`robolearn.utils.config.to_dataclass` (unknown keys named, types checked), and the settings
+of the run itself are checked for range and for use — an option the chosen algorithm does not read
+(``dataset=`` for an online learner) is an error, not silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from robolearn.algos import registry
+from robolearn.runners.base import RunnerConfig
+from robolearn.utils.config import ConfigError, lists, to_dataclass
+
+INJECTED: dict[str, dict[str, str]] = {
+    "algo": {"seed": "seed"},
+    "runner": {"total_env_steps": "total_env_steps"},
+}
+"""Section fields filled from a top-level key (section -> field -> top-level key)."""
+
+DEFAULT_GRAD_STEPS = 1_000_000
+"""Gradient steps of an offline run when ``total_grad_steps`` is not given."""
+
+
+@dataclass
+class TrainConfig:
+    """One training run: task, sizes, seeds, and the algorithm's and runner's configs."""
+
+    task: str
+    """Registered task id."""
+    algo: Any
+    """The algorithm's config dataclass; its type says which algorithm (``robolearn.algos.registry``)."""
+    runner: RunnerConfig
+    """The training loop's config."""
+    task_overrides: dict[str, Any] = field(default_factory=dict)
+    """Task config overrides passed to ``robolearn.make`` (nested mappings become ``a__b`` keys)."""
+    seed: int = 0
+    """Seed of the training env, network init and algorithm generators."""
+    num_envs: int = 64
+    """Training worlds."""
+    eval_num_envs: int = 8
+    """Evaluation worlds; 0 disables evaluation (offline runs evaluate in at least one world)."""
+    total_env_steps: int = 1_000_000
+    """Environment steps of an online run."""
+    device: str = "cpu"
+    """Torch device of envs and learner."""
+    backend: str = "mujoco"
+    """Simulation backend."""
+    run_dir: str = "runs"
+    """Where the run is written."""
+    resume: str | None = None
+    """A run directory to continue from its latest checkpoint."""
+    overwrite: bool = False
+    """Replace a run directory that already holds another run (by default that is an error)."""
+    torch_threads: int | None = None
+    """Torch intra-op threads of the training process; ``None``: torch's default (every core), right
+    on an idle machine; 1 per process when several share a loaded one."""
+    dataset: str | None = None
+    """Offline algorithms only: the dataset file (robolearn or D4RL HDF5) or ``minari:<dataset id>``."""
+    total_grad_steps: int | None = None
+    """Offline algorithms only: gradient steps of the run (default 1,000,000)."""
+    normalize_obs: bool | None = None
+    """Offline algorithms only: normalise observations with the dataset's mean and std (default
+    true, as CORL)."""
+
+    @property
+    def algo_name(self) -> str:
+        """The registry name of :attr:`algo`'s type."""
+        return registry.spec_of(self.algo).name
+
+    @property
+    def offline(self) -> bool:
+        """Whether the algorithm learns from :attr:`dataset`."""
+        return registry.spec_of(self.algo).offline
+
+
+OFFLINE_ONLY = ("dataset", "total_grad_steps", "normalize_obs")
+"""Run settings only an offline algorithm reads."""
+
+
+def train_config_from_dict(mapping: Mapping[str, Any]) -> TrainConfig:
+    """A checked :class:`TrainConfig` from the composed (or a run's saved ``config.json``) mapping.
+
+    ``algo.name`` picks the algorithm; the top-level ``seed`` and ``total_env_steps`` fill
+    ``algo.seed`` (where the config has one) and ``runner.total_env_steps``.
+
+    Raises:
+        ConfigError: an unknown algorithm, key or type; a value out of range; an option the
+            algorithm does not use; a missing dataset for an offline algorithm.
+    """
+    top = dict(mapping)
+    algo = dict(top.pop("algo", None) or {})
+    runner = dict(top.pop("runner", None) or {})
+    name = algo.pop("name", "ppo")
+    try:
+        spec = registry.get(str(name))
+    except KeyError as exc:
+        raise ConfigError(exc.args[0]) from None
+    for section, values, cls in (("algo", algo, spec.config), ("runner", runner, RunnerConfig)):
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key, source in INJECTED[section].items():
+            if key in values:
+                raise ConfigError(f"{section}.{key}: set it with the top-level {source}=")
+            if key in known and source in top:
+                values[key] = top[source]
+    top["algo"] = to_dataclass(spec.config, algo, "algo")
+    top["runner"] = to_dataclass(RunnerConfig, runner, "runner")
+    cfg = to_dataclass(TrainConfig, top)
+    _check_ranges(cfg)
+    if spec.offline:
+        if not cfg.dataset:
+            raise ConfigError(f"dataset: algo={spec.name} learns offline and needs dataset=<file or minari:id>")
+        if cfg.total_grad_steps is None:
+            cfg.total_grad_steps = DEFAULT_GRAD_STEPS
+        if cfg.normalize_obs is None:
+            cfg.normalize_obs = True
+    else:
+        used = [k for k in OFFLINE_ONLY if getattr(cfg, k) is not None]
+        if used:
+            raise ConfigError(
+                f"{used[0]}: algo={spec.name} learns online and does not read {', '.join(used)}; "
+                f"remove it, or pick an offline algorithm ({', '.join(n for n, s in registry.ALGORITHMS.items() if s.offline)})"
+            )
+    return cfg
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    """Counts of the run itself: integers in range (types were checked by ``to_dataclass``)."""
+    for key, low in (("num_envs", 1), ("total_env_steps", 1), ("eval_num_envs", 0)):
+        if getattr(cfg, key) < low:
+            raise ConfigError(f"{key}: expected an integer >= {low}, got {getattr(cfg, key)}")
+    if cfg.total_grad_steps is not None and cfg.total_grad_steps < 1:
+        raise ConfigError(f"total_grad_steps: expected an integer >= 1, got {cfg.total_grad_steps}")
+    if cfg.torch_threads is not None and cfg.torch_threads < 1:
+        raise ConfigError(f"torch_threads: expected an integer >= 1 (or null for torch's default), got {cfg.torch_threads}")
+    if cfg.seed < 0:
+        raise ConfigError(f"seed: expected an integer >= 0, got {cfg.seed}")
+
+
+def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """The mapping :func:`train_config_from_dict` reads back (written as the run's ``config.json``)."""
+    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("algo", "runner")}
+    algo = {"name": cfg.algo_name, **dataclasses.asdict(cfg.algo)}
+    runner = dataclasses.asdict(cfg.runner)
+    for section, values in (("algo", algo), ("runner", runner)):
+        for key in INJECTED[section]:
+            values.pop(key, None)
+    out["algo"], out["runner"] = algo, runner
+    return lists(out)
+
+
+LEGACY_OFFLINE_DEFAULTS: dict[str, Any] = {"dataset": None, "total_grad_steps": 1_000_000, "normalize_obs": True}
+"""What robolearn 0.1 wrote into every run's ``config.json``, online runs included."""
+
+
+def saved_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The raw mapping of ``run_dir/config.json``, brought up to the current layout.
+
+    Runs written by robolearn 0.1 record the offline-only settings at their defaults for online
+    algorithms too; those are dropped here, so old runs still evaluate, export and resume.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no ``config.json``.
+        ConfigError: the file is not a JSON object (the file is named).
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a robolearn run directory?")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of training settings, got {type(data).__name__}")
+    algo = data.get("algo")
+    name = algo.get("name", "ppo") if isinstance(algo, Mapping) else None
+    if name in registry.ALGORITHMS and not registry.get(name).offline:
+        for key, legacy in LEGACY_OFFLINE_DEFAULTS.items():
+            if key in data and data[key] == legacy:
+                del data[key]
+    return data
+
+
+def read_train_config(run_dir: str | os.PathLike[str]) -> TrainConfig:
+    """The :class:`TrainConfig` saved in ``run_dir/config.json`` (see :func:`saved_config`).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no ``config.json``.
+        ConfigError: the file is not valid JSON or not a valid config (the file is named).
+    """
+    data = saved_config(run_dir)
+    try:
+        return train_config_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{Path(run_dir) / 'config.json'}: {exc}") from None
+
+
+__all__ = [
+    "DEFAULT_GRAD_STEPS",
+    "INJECTED",
+    "OFFLINE_ONLY",
+    "TrainConfig",
+    "read_train_config",
+    "saved_config",
+    "train_config_from_dict",
+    "train_config_to_dict",
+]
