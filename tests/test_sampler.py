@@ -7,7 +7,13 @@ import torch
 
 from robolearn.data import Dataset
 from robolearn.data.replay import ReplayBuffer
-from robolearn.data.sampler import DatasetSampler, MixedSampler, ReplaySampler, concat_batches, split_batch_size
+from robolearn.data.sampler import (
+    DatasetSampler,
+    MixedSampler,
+    ReplaySampler,
+    concat_batches,
+    split_batch_size,
+)
 
 
 def replay_of(values: list[float], dim: int = 2) -> ReplayBuffer:
