@@ -25,7 +25,7 @@ from robolearn.envs.managers import (
 )
 from robolearn.envs.sync import check_finite, host_count, host_nonzero
 from robolearn.envs.validate import check_int, validate_model, validate_task_cfg
-from robolearn.sim import compile_model, load_spec, make_backend
+from robolearn.sim import compile_model, load_spec, make_backend, names_of
 from robolearn.types import Obs
 from robolearn.utils.rng import WorldRNG
 
@@ -82,6 +82,8 @@ class BatchedEnv:
             spec.option.timestep = cfg.timestep
         self.model = compile_model(spec, contact_forces=cfg.contact_forces, source=f"MJCF of task {task_id!r}")
         validate_model(self.model, f"model of task {task_id!r}")
+        self.names = names_of(self.model)
+        """The model's name tables (robolearn.sim.names): every term and event resolves names here."""
         self.sim = make_backend(
             backend,
             self.model,

@@ -26,6 +26,7 @@ from robolearn.envs.cfg import (
     TerminationTerm,
 )
 from robolearn.envs.sync import host_nonzero
+from robolearn.sim.names import names_of
 from robolearn.types import DEPLOYABLE_GROUPS, OBS_GROUPS
 
 if TYPE_CHECKING:
@@ -378,8 +379,9 @@ def _actuated(model: mujoco.MjModel, name: str, term: ActionTerm, device: torch.
         raise ValueError(f"{where}: the gains belong to the actuator model; leave actions.{name}.kp/kd as None")
     ids = _actuator_ids(model, term, name)
     joint_types = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+    names = names_of(model)
     for i in ids:
-        act = model.actuator(i)
+        label = names.label("actuator", i)
         is_motor = (
             int(model.actuator_gaintype[i]) == int(mujoco.mjtGain.mjGAIN_FIXED)
             and int(model.actuator_biastype[i]) == int(mujoco.mjtBias.mjBIAS_NONE)
@@ -388,11 +390,11 @@ def _actuated(model: mujoco.MjModel, name: str, term: ActionTerm, device: torch.
         on_joint = int(model.actuator_trntype[i]) == int(mujoco.mjtTrn.mjTRN_JOINT)
         if not (is_motor and on_joint and int(model.jnt_type[model.actuator_trnid[i, 0]]) in joint_types):
             raise ValueError(
-                f"{where}: actuator {act.name!r} must be a motor (fixed gain, no bias, no dynamics) on a hinge or "
+                f"{where}: actuator {label!r} must be a motor (fixed gain, no bias, no dynamics) on a hinge or "
                 "slide joint; the model computes the effort that the motor then applies"
             )
         if model.actuator_gear[i, 0] * model.actuator_gainprm[i, 0] == 0:
-            raise ValueError(f"{where}: actuator {act.name!r} has zero gear or gain")
+            raise ValueError(f"{where}: actuator {label!r} has zero gear or gain")
     jnt = model.actuator_trnid[ids, 0]
     return _Actuated(
         name=name,
@@ -409,16 +411,7 @@ def _actuated(model: mujoco.MjModel, name: str, term: ActionTerm, device: torch.
 def _actuator_ids(model: mujoco.MjModel, term: ActionTerm, name: str) -> list[int]:
     if term.kind not in ("torque", "joint_pos", "joint_vel"):
         raise ValueError(f"actions.{name}.kind: expected 'torque', 'joint_pos' or 'joint_vel', got {term.kind!r}")
-    if term.actuators is None:
-        return list(range(model.nu))
-    ids = []
-    known = [model.actuator(i).name for i in range(model.nu)]
-    for act in term.actuators:
-        i = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, act)
-        if i < 0:
-            raise ValueError(f"actions.{name}.actuators: unknown actuator {act!r}; the model has {known}")
-        ids.append(i)
-    return ids
+    return names_of(model).ids("actuator", term.actuators, f"actions.{name}.actuators")
 
 
 class RewardManager:

@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import mujoco
 import torch
 
 if TYPE_CHECKING:
@@ -66,13 +65,9 @@ def body_offset(env: BatchedEnv, body: str, reference: str, dims: int = 3) -> to
     return (env.sim.xpos[:, _body_id(env, body)] - env.sim.xpos[:, _body_id(env, reference)])[:, :dims]
 
 
-def _body_id(env: BatchedEnv, name: str) -> int:
-    """The id of body ``name``, or an error naming the bodies there are."""
-    body_id = mujoco.mj_name2id(env.model, mujoco.mjtObj.mjOBJ_BODY, name)
-    if body_id < 0:
-        names = [env.model.body(i).name for i in range(env.model.nbody)]
-        raise ValueError(f"no body {name!r} in the model; bodies: {', '.join(names)}")
-    return body_id
+def _body_id(env: BatchedEnv, name: str | int) -> int:
+    """The id of body ``name`` from the env's name tables (built once), or an error naming the bodies."""
+    return env.names.id("body", name, "body")
 
 
 # -- rewards ---------------------------------------------------------------------------------
@@ -85,7 +80,7 @@ def body_velocity(env: BatchedEnv, body: str | int, axis: int = 0) -> torch.Tens
     """Finite-difference world velocity of a body's frame along ``axis`` over the control step,
     from ``xpos`` (Gymnasium's Ant); the task must list ``xpos`` in ``TaskCfg.prev_fields``.
     """
-    b = body if isinstance(body, int) else _body_id(env, body)
+    b = _body_id(env, body)
     return (env.sim.xpos[:, b, axis] - env.prev["xpos"][:, b, axis]) / env.dt
 
 

@@ -7,6 +7,7 @@ import mujoco
 from robolearn.sim.backend import RANDOMIZABLE_FIELDS, SimBackend
 from robolearn.sim.model import ModelError, compile_model, load_model, load_spec
 from robolearn.sim.mujoco_backend import MujocoBackend
+from robolearn.sim.names import NameResolver, names_of
 from robolearn.sim.reference_backend import ReferenceBackend
 
 BACKENDS: dict[str, type] = {"mujoco": MujocoBackend, "reference": ReferenceBackend}
@@ -25,10 +26,12 @@ __all__ = [
     "RANDOMIZABLE_FIELDS",
     "ModelError",
     "MujocoBackend",
+    "NameResolver",
     "ReferenceBackend",
     "SimBackend",
     "compile_model",
     "load_model",
     "load_spec",
     "make_backend",
+    "names_of",
 ]

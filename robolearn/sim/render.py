@@ -33,6 +33,7 @@ import mujoco
 import numpy as np
 
 from robolearn.sim.backend import SimBackend
+from robolearn.sim.names import names_of
 
 log = logging.getLogger(__name__)
 
@@ -275,11 +276,12 @@ class BatchRenderer:
         """Build an ``MjvCamera`` for a model camera name, a camera index, or ``-1`` (free camera)."""
         model = self._model
         if isinstance(camera, str):
-            cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
-            if cam_id < 0:
-                names = [model.camera(i).name for i in range(model.ncam)]
+            names = names_of(model)
+            try:
+                cam_id = names.id("camera", camera, "camera")
+            except ValueError:
                 raise ValueError(f"camera: no camera named {camera!r} in the model; expected one of "
-                                 f"{names} or an index in [-1, {model.ncam})")
+                                 f"{names.labels('camera')} or an index in [-1, {model.ncam})") from None
         elif isinstance(camera, (int, np.integer)) and not isinstance(camera, bool):
             cam_id = int(camera)
             if not -1 <= cam_id < model.ncam:

@@ -79,6 +79,7 @@ import numpy as np
 import torch
 
 from robolearn.sim.backend import resolve_field
+from robolearn.sim.names import KINDS, as_list, check_index, names_of
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
@@ -126,9 +127,7 @@ _PREFIX_OBJ: dict[str, tuple[str, mujoco.mjtObj]] = {
     "eq": ("equality", mujoco.mjtObj.mjOBJ_EQUALITY),
     "sensor": ("sensor", mujoco.mjtObj.mjOBJ_SENSOR),
 }
-_FREE_DOFS = ("x", "y", "z", "wx", "wy", "wz")
-_BALL_DOFS = ("wx", "wy", "wz")
-_NDOF = {int(mujoco.mjtJoint.mjJNT_FREE): 6, int(mujoco.mjtJoint.mjJNT_BALL): 3}
+_KIND_OF_OBJ = {obj: kind for kind, (obj, _) in KINDS.items()}
 
 Entry = tuple[str, str, int]
 """Something an event writes: ``(field, element label, column)``, or ``("drawn", name, -1)``."""
@@ -161,80 +160,26 @@ def _template(model: mujoco.MjModel, field: str) -> np.ndarray:
     return np.array(value, dtype=np.float64)
 
 
-def _as_list(value: Any) -> list[Any]:
-    """``value`` as a list (a lone name or index becomes a one-item list)."""
-    if isinstance(value, (str, int, np.integer)):
-        return [value]
-    return list(value)
-
-
 def _label(model: mujoco.MjModel, obj: mujoco.mjtObj, i: int) -> str:
-    """An element's name, or ``#i`` if it has none."""
-    return mujoco.mj_id2name(model, obj, i) or f"#{i}"
-
-
-def _index(value: Any, count: int, where: str, what: str) -> int:
-    """An integer index in ``[0, count)``, or a ValueError naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{where}: expected {what} names or indices, got {value!r}")
-    if not 0 <= int(value) < count:
-        raise ValueError(f"{where}: {what} index {value} out of range [0, {count})")
-    return int(value)
+    """An element's name, or ``#i`` if it has none (from the model's name tables)."""
+    return names_of(model).label(_KIND_OF_OBJ[obj], i)
 
 
 def _named_ids(
     model: mujoco.MjModel, kind: str, obj: mujoco.mjtObj, count: int, names: Sequence[Selector], where: str
 ) -> list[int]:
     """Indices of named (or indexed) elements of one kind; unknown names list the valid ones."""
-    ids = []
-    for item in names:
-        if isinstance(item, str):
-            i = mujoco.mj_name2id(model, obj, item)
-            if i < 0 or i >= count:
-                valid = [_label(model, obj, k) for k in range(count)]
-                plural = "bodies" if kind == "body" else f"{kind}s"
-                raise ValueError(f"{where}: unknown {kind} {item!r}; the model's {plural} are {valid}")
-            ids.append(i)
-        else:
-            ids.append(_index(item, count, where, kind))
-    return ids
+    return names_of(model).ids(kind, list(names), where)
 
 
 def _dof_ids(model: mujoco.MjModel, item: Selector, where: str) -> list[int]:
     """The dofs of a joint name, of ``"<joint>/<axis>"`` (free: x y z wx wy wz; ball: wx wy wz), or an index."""
-    if not isinstance(item, str):
-        return [_index(item, model.nv, where, "dof")]
-    name, _, axis = item.partition("/")
-    j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
-    if j < 0:
-        valid = [_label(model, mujoco.mjtObj.mjOBJ_JOINT, k) for k in range(model.njnt)]
-        raise ValueError(f"{where}: unknown joint {name!r}; the model's joints are {valid}")
-    jtype, adr = int(model.jnt_type[j]), int(model.jnt_dofadr[j])
-    if not axis:
-        return list(range(adr, adr + _NDOF.get(jtype, 1)))
-    axes: tuple[str, ...] = ()
-    if jtype == mujoco.mjtJoint.mjJNT_FREE:
-        axes = _FREE_DOFS
-    elif jtype == mujoco.mjtJoint.mjJNT_BALL:
-        axes = _BALL_DOFS
-    if axis not in axes:
-        kind = mujoco.mjtJoint(jtype).name[6:].lower()
-        expected = f"one of {list(axes)}" if axes else f"the bare name {name!r}"
-        raise ValueError(f"{where}: joint {name!r} ({kind}) has no dof {axis!r}; expected {expected}")
-    return [adr + axes.index(axis)]
+    return names_of(model).dofs(item, where)
 
 
 def _dof_label(model: mujoco.MjModel, dof: int) -> str:
     """``joint`` or ``joint/axis`` of a dof, for messages."""
-    j = int(model.dof_jntid[dof])
-    name = _label(model, mujoco.mjtObj.mjOBJ_JOINT, j)
-    k = dof - int(model.jnt_dofadr[j])
-    jtype = int(model.jnt_type[j])
-    if jtype == mujoco.mjtJoint.mjJNT_FREE:
-        return f"{name}/{_FREE_DOFS[k]}"
-    if jtype == mujoco.mjtJoint.mjJNT_BALL:
-        return f"{name}/{_BALL_DOFS[k]}"
-    return name
+    return names_of(model).dof_label(dof)
 
 
 def _memoized(fn: Callable[..., Any], values: Callable[..., bytes] | None = None) -> Callable[..., Any]:
@@ -288,7 +233,7 @@ def _select(
         if elements is None:
             rows = list(range(model.nv))
         else:
-            rows = [d for item in _as_list(elements) for d in _dof_ids(model, item, f"{where}.elements")]
+            rows = [d for item in as_list(elements) for d in _dof_ids(model, item, f"{where}.elements")]
         labels = [_dof_label(model, d) for d in rows]
     else:
         prefix = raw.split("_", 1)[0]
@@ -297,9 +242,9 @@ def _select(
         if elements is None:
             rows = list(range(first, table.shape[0]))
         elif obj == mujoco.mjtObj.mjOBJ_UNKNOWN:
-            rows = [_index(i, table.shape[0], f"{where}.elements", f"{raw} row") for i in _as_list(elements)]
+            rows = [check_index(i, table.shape[0], f"{where}.elements", f"{raw} row") for i in as_list(elements)]
         else:
-            rows = _named_ids(model, kind, obj, table.shape[0], _as_list(elements), f"{where}.elements")
+            rows = _named_ids(model, kind, obj, table.shape[0], as_list(elements), f"{where}.elements")
         labels = [f"#{i}" if obj == mujoco.mjtObj.mjOBJ_UNKNOWN else _label(model, obj, i) for i in rows]
     if len(set(rows)) != len(rows):
         raise ValueError(f"{where}.elements: an element is selected twice in {elements!r}")
@@ -310,7 +255,7 @@ def _select(
     elif not has_cols:
         raise ValueError(f"{where}.axes: field {raw!r} has one value per element; leave axes unset, got {axes!r}")
     else:
-        cols = [_index(a, table.shape[1], f"{where}.axes", "column") for a in _as_list(axes)]
+        cols = [check_index(a, table.shape[1], f"{where}.axes", "column") for a in as_list(axes)]
         if len(set(cols)) != len(cols):
             raise ValueError(f"{where}.axes: a column is selected twice in {axes!r}")
     r, c = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
@@ -634,9 +579,9 @@ def _default_name(field: str, elements: Any, axes: Any) -> str:
     """``field``, then the elements and axes if given: ``friction/ffoot,bfoot/axes=0``."""
     parts = [field]
     if elements is not None:
-        parts.append(",".join(str(e) for e in _as_list(elements)))
+        parts.append(",".join(str(e) for e in as_list(elements)))
     if axes is not None:
-        parts.append("axes=" + ",".join(str(a) for a in _as_list(axes)))
+        parts.append("axes=" + ",".join(str(a) for a in as_list(axes)))
     return "/".join(parts)
 
 
@@ -681,7 +626,7 @@ def _actuator_ids(model: mujoco.MjModel, actuators: Sequence[Selector] | Selecto
     """Actuator indices by name or index (all by default)."""
     if actuators is None:
         return list(range(model.nu))
-    return _named_ids(model, "actuator", mujoco.mjtObj.mjOBJ_ACTUATOR, model.nu, _as_list(actuators), where)
+    return _named_ids(model, "actuator", mujoco.mjtObj.mjOBJ_ACTUATOR, model.nu, as_list(actuators), where)
 
 
 def _actuator_labels(model: mujoco.MjModel, ids: Sequence[int]) -> list[str]:
@@ -898,7 +843,7 @@ def _push_plan(model: mujoco.MjModel, velocity_range: Any, dofs: Any, where: str
         if dofs is None:
             ids = list(range(model.nv))
         else:
-            ids = [d for s in _as_list(dofs) for d in _dof_ids(model, s, f"{where}.dofs")]
+            ids = [d for s in as_list(dofs) for d in _dof_ids(model, s, f"{where}.dofs")]
         ranges = [pair] * len(ids)
     if len(set(ids)) != len(ids):
         raise ValueError(f"{where}.velocity_range: a dof is selected twice ({[_dof_label(model, d) for d in ids]})")
@@ -1046,22 +991,7 @@ apply_external_wrench.writes = _writes_wrench  # type: ignore[attr-defined]
 # -- initial state -----------------------------------------------------------------------------------
 def _qpos_ids(model: mujoco.MjModel, item: Selector, where: str) -> int:
     """The qpos coordinate of a hinge/slide joint name, of ``"<free joint>/x|y|z"``, or an index."""
-    if not isinstance(item, str):
-        return _index(item, model.nq, where, "qpos")
-    name, _, axis = item.partition("/")
-    j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
-    if j < 0:
-        valid = [_label(model, mujoco.mjtObj.mjOBJ_JOINT, k) for k in range(model.njnt)]
-        raise ValueError(f"{where}: unknown joint {name!r}; the model's joints are {valid}")
-    jtype, adr = int(model.jnt_type[j]), int(model.jnt_qposadr[j])
-    if jtype in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE) and not axis:
-        return adr
-    if jtype == mujoco.mjtJoint.mjJNT_FREE and axis in ("x", "y", "z"):
-        return adr + "xyz".index(axis)
-    raise ValueError(
-        f"{where}: {item!r}: additive noise applies to hinge and slide joints and to a free joint's "
-        "position ('<joint>/x', '/y', '/z'); a quaternion cannot take it"
-    )
+    return names_of(model).qpos_address(item, where)
 
 
 def joint_noise_state(
