@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from robolearn.data.replay import ReplayBuffer
-from robolearn.nn.offline import DeterministicActor, NetSpec, ObsNormalization
+from robolearn.nn.offline import DeterministicActor, NetSpec, ObsNormalization, check_groups, make_hl_gauss
 from robolearn.nn.policy import SquashedMean, deployable
 from robolearn.types import Batch, Transition
 
@@ -44,9 +44,34 @@ class OfflineLearner:
     device: torch.device
     generator: torch.Generator
     cfg: Any
+    critic_group: str
+    hl: Any
+    num_updates: int
     sampler: Any = None
     """Where :meth:`update` draws a batch when none is given (a :mod:`robolearn.data.sampler` sampler)."""
     _replay: ReplayBuffer | None = None
+
+    def _setup(self, cfg: Any, obs_dims: Mapping[str, int], device: str | torch.device, seed: int, critic: bool) -> Any:
+        """What every offline learner's constructor does first: config, device, observation groups
+        (checked against ``obs_dims``), the seeded network init and generator, empty observation
+        statistics, the update counter and, with a ``critic``, its HL-Gauss head (if configured).
+        Returns ``cfg``.
+        """
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.actor_group = cfg.actor_obs_group
+        groups = [self.actor_group]
+        if critic:
+            self.critic_group = cfg.critic_group
+            groups.append(self.critic_group)
+        check_groups(obs_dims, *groups)
+        torch.manual_seed(seed)  # network init
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.obs_norm = ObsNormalization(obs_dims, self.device)
+        self.num_updates = 0
+        if critic:
+            self.hl = make_hl_gauss(cfg.critic_type, cfg.num_bins, cfg.v_min, cfg.v_max, self.device)
+        return cfg
 
     def set_obs_normalization(self, mean: Mapping[str, torch.Tensor], std: Mapping[str, torch.Tensor]) -> None:
         """Fix per-group observation statistics (the dataset's); callers keep passing raw observations."""

@@ -10,7 +10,7 @@ import torch
 from robolearn.algos.bc.config import BCConfig
 from robolearn.algos.bc.losses import bc_loss
 from robolearn.algos.common import OfflineLearner
-from robolearn.nn.offline import FIRST_LAYER, DeterministicActor, NetSpec, ObsNormalization
+from robolearn.nn.offline import FIRST_LAYER, DeterministicActor, NetSpec
 from robolearn.types import Batch
 
 
@@ -39,15 +39,7 @@ class BC(OfflineLearner):
             device: where the networks and the generator live.
             seed: seeds the network init and the generator.
         """
-        self.cfg = cfg = cfg or BCConfig()
-        self.device = torch.device(device)
-        self.actor_group = cfg.actor_obs_group
-        if self.actor_group not in obs_dims:
-            raise ValueError(
-                f"observation group {self.actor_group!r} not among the groups {sorted(obs_dims)}"
-            )
-        torch.manual_seed(seed)  # network init
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        cfg = self._setup(cfg or BCConfig(), obs_dims, device, seed, critic=False)
         self.actor = DeterministicActor(
             obs_dims[self.actor_group],
             action_dim,
@@ -58,9 +50,6 @@ class BC(OfflineLearner):
             action_high,
         ).to(self.device)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.obs_norm = ObsNormalization(obs_dims, self.device)
-        self.num_updates = 0
-        """Gradient steps taken."""
 
     @property
     def _nets(self) -> dict[str, NetSpec]:

@@ -26,10 +26,7 @@ from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
 from robolearn.nn.offline import (
     FIRST_LAYER,
     NetSpec,
-    ObsNormalization,
     build_critic,
-    check_groups,
-    make_hl_gauss,
 )
 from robolearn.types import Batch
 
@@ -71,14 +68,8 @@ class CQL(OfflineLearner):
         seed: int = 0,
     ) -> None:
         """Build the learner (arguments as :class:`~robolearn.algos.bc.BC`)."""
-        self.cfg = cfg = cfg or CQLConfig()
-        self.device = torch.device(device)
-        self.actor_group, self.critic_group = cfg.actor_obs_group, cfg.critic_group
-        check_groups(obs_dims, self.actor_group, self.critic_group)
+        cfg = self._setup(cfg or CQLConfig(), obs_dims, device, seed, critic=True)
         self.action_dim = int(action_dim)
-        torch.manual_seed(seed)  # network init
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.hl = make_hl_gauss(cfg.critic_type, cfg.num_bins, cfg.v_min, cfg.v_max, self.device)
         self.actor = TanhGaussianActor(
             obs_dims[self.actor_group],
             action_dim,
@@ -101,9 +92,6 @@ class CQL(OfflineLearner):
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         self.alpha_prime_optimizer = torch.optim.Adam([self.log_alpha_prime], lr=cfg.alpha_prime_lr)
-        self.obs_norm = ObsNormalization(obs_dims, self.device)
-        self.num_updates = 0
-        """Gradient steps taken (host counter; drives ``bc_steps`` and ``target_update_period``)."""
 
     @property
     def _nets(self) -> dict[str, NetSpec]:

@@ -22,9 +22,6 @@ from robolearn.nn.offline import (
     FIRST_LAYER,
     DeterministicActor,
     NetSpec,
-    ObsNormalization,
-    check_groups,
-    make_hl_gauss,
 )
 from robolearn.types import Batch
 
@@ -46,13 +43,7 @@ class IQL(OfflineLearner):
         seed: int = 0,
     ) -> None:
         """Build the learner (arguments as :class:`~robolearn.algos.bc.BC`)."""
-        self.cfg = cfg = cfg or IQLConfig()
-        self.device = torch.device(device)
-        self.actor_group, self.critic_group = cfg.actor_obs_group, cfg.critic_group
-        check_groups(obs_dims, self.actor_group, self.critic_group)
-        torch.manual_seed(seed)  # network init
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.hl = make_hl_gauss(cfg.critic_type, cfg.num_bins, cfg.v_min, cfg.v_max, self.device)
+        cfg = self._setup(cfg or IQLConfig(), obs_dims, device, seed, critic=True)
         actor_cls = TanhGaussianActor if cfg.actor_type == "gaussian" else DeterministicActor
         self.actor: TanhGaussianActor | DeterministicActor = actor_cls(
             obs_dims[self.actor_group],
@@ -83,9 +74,6 @@ class IQL(OfflineLearner):
             if cfg.actor_lr_decay_steps is not None
             else None
         )
-        self.obs_norm = ObsNormalization(obs_dims, self.device)
-        self.num_updates = 0
-        """Gradient steps taken."""
 
     @property
     def _nets(self) -> dict[str, NetSpec]:

@@ -19,10 +19,7 @@ from robolearn.nn.offline import (
     FIRST_LAYER,
     DeterministicActor,
     NetSpec,
-    ObsNormalization,
     build_critic,
-    check_groups,
-    make_hl_gauss,
 )
 from robolearn.types import Batch
 
@@ -44,13 +41,7 @@ class TD3BC(OfflineLearner):
         seed: int = 0,
     ) -> None:
         """Build the learner (arguments as :class:`~robolearn.algos.bc.BC`)."""
-        self.cfg = cfg = cfg or TD3BCConfig()
-        self.device = torch.device(device)
-        self.actor_group, self.critic_group = cfg.actor_obs_group, cfg.critic_group
-        check_groups(obs_dims, self.actor_group, self.critic_group)
-        torch.manual_seed(seed)  # network init
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.hl = make_hl_gauss(cfg.critic_type, cfg.num_bins, cfg.v_min, cfg.v_max, self.device)
+        cfg = self._setup(cfg or TD3BCConfig(), obs_dims, device, seed, critic=True)
         self.actor = DeterministicActor(
             obs_dims[self.actor_group],
             action_dim,
@@ -65,9 +56,6 @@ class TD3BC(OfflineLearner):
         self.target_critic = make_target(self.critic)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
-        self.obs_norm = ObsNormalization(obs_dims, self.device)
-        self.num_updates = 0
-        """Critic steps taken (host counter; drives ``policy_delay``)."""
 
     @property
     def _nets(self) -> dict[str, NetSpec]:
