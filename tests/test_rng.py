@@ -68,3 +68,30 @@ def test_state_dict_round_trip_and_validation():
         WorldRNG(0, 0)
     with pytest.raises(ValueError, match="draws per world"):
         rng.uniform(None, CALL_STRIDE + 1)
+
+
+def test_step_streams_are_per_world_blockwise_exact_and_checkpointed():
+    from robolearn.utils.rng import STEP_BLOCK
+
+    a, b = WorldRNG(3, 6), WorldRNG(3, 4)
+    steps_a = [a.step_normal("noise/policy", 5) for _ in range(STEP_BLOCK + 3)]  # crosses a block
+    steps_b = [b.step_normal("noise/policy", 5) for _ in range(STEP_BLOCK + 3)]
+    assert all(x.shape == (6, 5) for x in steps_a)
+    assert all(torch.equal(x[:4], y) for x, y in zip(steps_a, steps_b, strict=True))  # independent of N
+    assert not torch.equal(steps_a[0], steps_a[1])  # a new step, new values
+    assert not torch.equal(steps_a[0][0], steps_a[0][1])  # worlds differ
+    # Other names (and kinds) are other streams; the per-call counters are untouched.
+    assert not torch.equal(WorldRNG(3, 6).step_normal("noise/critic", 5), steps_a[0])
+    assert a.counters.tolist() == [0] * 6
+    rng = WorldRNG(1, 500)
+    u = torch.stack([rng.step_uniform("jitter", 1) for _ in range(40)])
+    assert u.min() >= 0.0 and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.01
+    # A checkpoint taken mid-block resumes with the same values (the block is recomputed).
+    c = WorldRNG(3, 6)
+    for _ in range(7):
+        c.step_normal("noise/policy", 5)
+    saved = c.state_dict()
+    d = WorldRNG(0, 6)
+    d.load_state_dict(saved)
+    assert torch.equal(d.step_normal("noise/policy", 5), steps_a[7])
+    assert torch.equal(c.step_normal("noise/policy", 5), steps_a[7])

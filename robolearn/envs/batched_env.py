@@ -316,6 +316,19 @@ class BatchedEnv:
         """
         return self.rng.normal(None if env_ids is self.all_ids else env_ids, size, std)
 
+    def draw_step_uniform(self, name: str, size: int) -> torch.Tensor:
+        """The current control step's uniforms ``[N, size]`` in ``[0, 1)`` for every world, from per-step
+        stream ``name`` (for draws every world makes every step: cheaper than :meth:`draw_uniform`,
+        see :class:`~robolearn.utils.rng.WorldRNG`). Call it once per step and name.
+        """
+        return self.rng.step_uniform(name, size)
+
+    def draw_step_normal(self, name: str, size: int) -> torch.Tensor:
+        """The current control step's standard normals ``[N, size]`` for every world, from per-step stream
+        ``name`` (as :meth:`draw_step_uniform`).
+        """
+        return self.rng.step_normal(name, size)
+
     def draw_noise(self, env_ids: torch.Tensor, kind: str, scale: float, size: int) -> torch.Tensor:
         """Observation noise of ``kind`` (``uniform`` or ``gaussian``) for ``env_ids``."""
         if kind == "uniform":

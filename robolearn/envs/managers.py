@@ -216,11 +216,17 @@ class ObservationManager:
         noisy = [sl for sl in self._slots[gname] if sl.term.noise is not None and sl.term.noise.scale > 0]
         if not noisy:
             return {}
-        ids = self.env.all_ids if env_ids is None else env_ids
+        env = self.env
         out: dict[str, torch.Tensor] = {}
         for kind in dict.fromkeys(sl.term.noise.kind for sl in noisy):  # type: ignore[union-attr]
             slots = [sl for sl in noisy if sl.term.noise.kind == kind]  # type: ignore[union-attr]
-            unit = self.env.draw_noise(ids, kind, 1.0, sum(sl.dim for sl in slots))
+            size = sum(sl.dim for sl in slots)
+            if env_ids is not None:  # rows of worlds just reset: from their own counters
+                unit = env.draw_noise(env_ids, kind, 1.0, size)
+            elif kind == "gaussian":  # every world, every step: the per-step stream
+                unit = env.draw_step_normal(f"noise/{gname}", size)
+            else:
+                unit = torch.add(-1.0, env.draw_step_uniform(f"noise/{gname}", size), alpha=2.0)
             start = 0
             for sl in slots:
                 out[sl.name] = unit[:, start : start + sl.dim] * sl.term.noise.scale  # type: ignore[union-attr]

@@ -15,6 +15,7 @@ goes through NumPy or the host, so the streams live on whatever device the env d
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -61,8 +62,28 @@ def mix(z: torch.Tensor) -> torch.Tensor:
     return z
 
 
+STEP_BLOCK = 32
+"""Control steps of per-step draws computed per batch (see :meth:`WorldRNG.step_uniform`)."""
+
+
+def _name_key(name: str) -> int:
+    """A stable 64-bit key of a stream name (Python's ``hash`` of a string changes per process)."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+
+
 class WorldRNG:
-    """Per-world random streams: world ``i``'s draws depend only on ``(seed, i, its counter)``."""
+    """Per-world random streams: world ``i``'s draws depend only on ``(seed, i, its counter)``.
+
+    Two kinds of draws:
+
+    * :meth:`uniform`/:meth:`normal` for any subset of worlds (resets, firing events): each call
+      advances the drawing worlds' counters;
+    * :meth:`step_uniform`/:meth:`step_normal` for every world at every control step (observation
+      noise, jitter): each named stream has its own key and one step counter. Because every world
+      draws at every step, the next :data:`STEP_BLOCK` steps are computed in one batch and handed
+      out a slice at a time: the hash's fixed cost per torch operation is paid once per block,
+      not per step. A value depends on ``(seed, name, world, step, index)`` only, not on the block.
+    """
 
     def __init__(self, seed: int, num_worlds: int, device: str | torch.device = "cpu") -> None:
         """Create ``num_worlds`` streams from one integer seed, with their state on ``device``."""
@@ -77,6 +98,10 @@ class WorldRNG:
         self.counters = torch.zeros(int(num_worlds), dtype=torch.int64, device=self.device)
         """Calls each world has drawn in (``int64`` ``[N]``)."""
         self._offsets: dict[int, torch.Tensor] = {}
+        self._key = key
+        self.step_counts: dict[str, int] = {}
+        """Steps drawn per named per-step stream (``name|kind|size``)."""
+        self._blocks: dict[str, tuple[int, torch.Tensor]] = {}
 
     @property
     def num_worlds(self) -> int:
@@ -102,6 +127,40 @@ class WorldRNG:
         theta = bits[:, half:].mul_(2.0 * math.pi * _TWO_M53)
         return torch.cat([r * torch.cos(theta), r.mul_(torch.sin(theta))], dim=1)[:, :size]
 
+    def step_uniform(self, name: str, size: int) -> torch.Tensor:
+        """The current step's ``[N, size]`` float64 uniforms in ``[0, 1)`` of per-step stream ``name``."""
+        return self._step(name, "uniform", size)
+
+    def step_normal(self, name: str, size: int) -> torch.Tensor:
+        """The current step's ``[N, size]`` float64 standard normals of per-step stream ``name``."""
+        return self._step(name, "normal", size)
+
+    def _step(self, name: str, kind: str, size: int) -> torch.Tensor:
+        """One step's slice of the stream's current block, computing the next block when needed."""
+        stream = f"{name}|{kind}|{size}"
+        count = self.step_counts.get(stream, 0)
+        block = self._blocks.get(stream)
+        if block is None or not block[0] <= count < block[0] + STEP_BLOCK:
+            block = (count, self._step_block(stream, kind, size, count))
+            self._blocks[stream] = block
+        self.step_counts[stream] = count + 1
+        return block[1][:, count - block[0]]
+
+    def _step_block(self, stream: str, kind: str, size: int, start: int) -> torch.Tensor:
+        """Steps ``start .. start + STEP_BLOCK - 1`` of a per-step stream, ``[N, STEP_BLOCK, size]``."""
+        width = size + (size & 1) if kind == "normal" else size  # Box-Muller takes pairs
+        world = torch.arange(self.num_worlds, dtype=torch.int64, device=self.device) * _signed(_WORLD)
+        keys = mix(world ^ _signed(mix64(self._key ^ _name_key(stream))))
+        pos = torch.arange(STEP_BLOCK * width, dtype=torch.int64, device=self.device) + (start * width + 1)
+        z = mix(keys.unsqueeze(1) + pos * _S_GOLDEN)
+        u = ((z >> 11) & _LOW[11]).to(torch.float64).mul_(_TWO_M53).view(self.num_worlds, STEP_BLOCK, width)
+        if kind == "uniform":
+            return u
+        half = width // 2
+        r = torch.log(1.0 - u[..., :half]).mul_(-2.0).sqrt_()
+        theta = u[..., half:] * (2.0 * math.pi)
+        return torch.cat([r * torch.cos(theta), r * torch.sin(theta)], dim=2)[..., :size]
+
     def _bits(self, ids: torch.Tensor | None, size: int) -> torch.Tensor:
         """The top 53 bits (``int64`` ``[len(ids), size]``) of each world's next ``size`` numbers."""
         if not 0 < size <= CALL_STRIDE:
@@ -123,8 +182,8 @@ class WorldRNG:
         return (z >> 11) & _LOW[11]
 
     def state_dict(self) -> dict[str, object]:
-        """Seed and per-world counters, for checkpoints."""
-        return {"seed": self.seed, "counters": self.counters.clone()}
+        """Seed, per-world counters and per-step stream counts, for checkpoints."""
+        return {"seed": self.seed, "counters": self.counters.clone(), "step_counts": dict(self.step_counts)}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore seed and counters saved by :meth:`state_dict` (onto this generator's device)."""
@@ -133,3 +192,4 @@ class WorldRNG:
             raise ValueError(f"rng counters: expected shape {tuple(self.counters.shape)}, got {tuple(counters.shape)}")
         self.__init__(int(state["seed"]), counters.shape[0], self.device)  # type: ignore[misc]
         self.counters.copy_(counters)
+        self.step_counts = {str(k): int(v) for k, v in dict(state.get("step_counts", {})).items()}  # type: ignore[call-overload]

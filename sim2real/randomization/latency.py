@@ -195,7 +195,7 @@ class ObservationDelayState:
         one call of the streams for both, as each call costs far more than its width.
         """
         k = int(self.jitter and self.low != self.high) + int(self.hold_prob > 0.0)
-        return self.env.draw_uniform(self.rows, k) if k else None
+        return self.env.draw_step_uniform(self.lag_key, k) if k else None
 
     def _fill(self, env_ids: torch.Tensor, rows: torch.Tensor) -> None:
         """Restart the buffers of ``env_ids`` filled with ``rows`` (their fresh frames)."""
@@ -316,7 +316,10 @@ class ControlJitterState:
 
     def draw(self) -> torch.Tensor:
         """Late substeps ``[N]`` for this control step (recorded in ``env.drawn``)."""
-        late = draw_int(self.env, self.rows, 0, self.max_substeps)
+        if self.max_substeps == 0:  # nothing to draw (a fixed value must not cost a draw)
+            late = torch.zeros(self.env.num_envs, dtype=torch.long, device=self.env.device)
+        else:
+            late = scale_int(self.env.draw_step_uniform(self.key, 1)[:, 0], 0, self.max_substeps)
         _record_all(self.env, self.key, late)
         return late
 
