@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import random
+import traceback
+import zipfile
 from collections import OrderedDict
 
 import numpy as np
@@ -17,6 +20,7 @@ from robolearn.runners import (
     save_checkpoint,
     set_rng_state,
 )
+from robolearn.runners.checkpoint import content_digest
 
 
 def _draws():
@@ -145,8 +149,72 @@ class Payload:
 def test_weights_only_refuses_arbitrary_objects(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"x": Payload()}, path)  # written behind save_checkpoint's back
-    with pytest.raises(CheckpointError, match=r"evil\.pt: holds .*Payload, which weights_only=True"):
+    with pytest.raises(CheckpointError, match=r"evil\.pt: holds .*Payload, an object that robolearn does not load") as info:
         load_checkpoint(path)
+    # Our own message only: torch's (chained) advice to load the file with weights_only=False is
+    # what a user would copy, and it runs the file's code.
+    shown = "".join(traceback.format_exception(info.value))
+    assert "weights_only=False" not in shown and "trust" not in shown
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def _rewrite_member(path, pick, change):
+    """Copy the zip at ``path`` with ``change(bytes)`` applied to the first member ``pick`` selects."""
+    src = zipfile.ZipFile(path)
+    members = [(info, src.read(info.filename)) for info in src.infolist()]
+    src.close()
+    done = False
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as dst:
+        for info, data in members:
+            if not done and pick(info.filename):
+                data, done = change(data), True
+            dst.writestr(info, data)
+    assert done
+
+
+def test_content_digest_refuses_a_file_changed_after_writing(tmp_path):
+    path = save_checkpoint(tmp_path / "ckpt.pt", {"w": torch.arange(8, dtype=torch.float32), "step": 3})
+    assert set(load_checkpoint(path)) == {"w", "step"}  # the digest is not part of the state given back
+    # One tensor byte changed, zip intact (new CRCs): torch loads it, the digest must not match.
+    _rewrite_member(path, lambda name: "/data/" in name and not name.endswith(".pkl"),
+                    lambda data: bytes([data[0] ^ 0xFF]) + data[1:])
+    loaded = torch.load(path, weights_only=True)
+    assert not torch.equal(loaded["w"], torch.arange(8, dtype=torch.float32))  # the change is real
+    with pytest.raises(CheckpointError, match=r"ckpt\.pt: content digest mismatch"):
+        load_checkpoint(path)
+
+
+def test_content_digest_sees_structure_dtype_and_values():
+    base = {"a": torch.zeros(2), "b": [1, 2]}
+    digest = content_digest(base)
+    assert content_digest({"a": torch.zeros(2), "b": [1, 2]}) == digest
+    for other in ({"a": torch.zeros(2), "b": (1, 2)}, {"a": torch.zeros(2, dtype=torch.float64), "b": [1, 2]},
+                  {"a": torch.zeros(1, 2), "b": [1, 2]}, {"a": torch.tensor([0.0, 1e-30]), "b": [1, 2]},
+                  {"b": [1, 2], "a": torch.zeros(2)}, {"a": torch.zeros(2), "b": [1, "2"]}):
+        assert content_digest(other) != digest, other
+
+
+def test_a_truncated_latest_checkpoint_falls_back_to_the_newest_readable(tmp_path, caplog):
+    manager = CheckpointManager(tmp_path, keep=None)
+    for step in (1, 2, 3):
+        manager.save({"step": step}, step=step)
+    latest = manager.latest()
+    latest.write_bytes(latest.read_bytes()[:100])  # a kill mid-copy, a full disk
+    with caplog.at_level(logging.WARNING, logger="robolearn.runners.checkpoint"):
+        path, state = manager.load_newest_readable()
+    assert path == manager.path_for(2) and state == {"step": 2}
+    assert "ckpt_000003.pt: corrupt or truncated" in caplog.text and "ckpt_000002.pt" in caplog.text
+    manager.path_for(2).write_bytes(b"")
+    assert manager.load_latest() == {"step": 1}
+    manager.path_for(1).write_bytes(b"junk")
+    with pytest.raises(CheckpointError, match=r"no readable checkpoint in .*ckpt_000003.*ckpt_000002.*ckpt_000001"):
+        manager.load_latest()
+
+
+def test_a_manager_that_only_looks_creates_nothing(tmp_path):
+    manager = CheckpointManager(tmp_path / "run")
+    assert manager.latest() is None and manager.checkpoints() == [] and manager.load_latest() is None
+    assert not (tmp_path / "run").exists()
 
 
 def test_save_refuses_what_could_not_be_loaded(tmp_path):

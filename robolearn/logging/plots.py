@@ -36,6 +36,7 @@ def plot_learning_curve(
     y: str | Sequence[str] = ("eval/return",),
     *,
     title: str | None = None,
+    skip_missing: bool = False,
 ) -> Path:
     """Plot columns ``y`` of ``metrics_csv`` against column ``x`` into the PNG ``out_png``.
 
@@ -48,6 +49,9 @@ def plot_learning_curve(
         x: the column on the horizontal axis.
         y: one column or several, each drawn as a line with a legend entry.
         title: the plot title; defaults to the name of the folder holding ``metrics_csv``.
+        skip_missing: draw the ``y`` columns that exist and leave out the others (a short run
+            whose training episodes never ended has ``eval/return`` but no ``train/return``);
+            it is still an error when none of them exists.
 
     Returns:
         ``out_png`` as a :class:`~pathlib.Path`.
@@ -61,6 +65,13 @@ def plot_learning_curve(
     ys = [y] if isinstance(y, str) else list(y)
     if not ys:
         raise ValueError("y: expected at least one column name")
+    if skip_missing:
+        with source.open(newline="") as f:
+            header = next(csv.reader(f), [])
+        present = [name for name in ys if name in header]
+        if not present:
+            raise ValueError(f"{source}: none of the columns {ys} exists yet; available columns: {header}")
+        ys = present
     columns = _read_columns(source, [x, *ys])
 
     # Imported here so that importing robolearn.logging does not load matplotlib; the Agg canvas

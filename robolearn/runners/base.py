@@ -1,77 +1,82 @@
-"""What every training runner shares: the run directory, the loop skeleton, evaluation,
-logging, the NaN guard, checkpoints and the summary.
+"""What every training runner shares: the run directory, the loop, evaluation, logging, the
+divergence guards, checkpoints and the summary.
 
 A runner owns the loop, the clock, evaluation, logging and checkpoints (DESIGN.md, "Algorithm");
 the algorithm only answers its verbs. Environments are used through the ``VecEnv`` contract plus
 ``state_dict``/``load_state_dict`` and two optional methods, ``policy_spec()`` and ``render()``,
 so no runner imports env code. A checkpoint holds the agent, the envs, the global RNGs and the
 counters, so a run killed at any point resumes from its last checkpoint and continues exactly as
-the uninterrupted run would have. Subclasses define one iteration (collect, then update).
+the uninterrupted run would have. Subclasses define one iteration (collect, then update) and the
+unit their steps count in: environment steps (online) or gradient steps (offline), which names
+the step column of ``metrics.csv``, the summary's counter and the progress bar.
+
+Order of a run, so that nothing is lost: every setting is checked first (the video camera by
+rendering one frame); then the run directory is locked and checked (a new run never writes over
+another one, a resume must fit the run and its checkpoint before anything is written); the loop
+runs; at the end the final checkpoint and ``summary.json`` are written before the optional video
+and plot, whose failure is logged, never fatal.
 """
 
 from __future__ import annotations
 
 import copy
 import csv
-import json
 import logging
 import math
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any
 
+import numpy as np
 import torch
 
 from robolearn.logging import Logger, plot_learning_curve, write_mp4
-from robolearn.runners.checkpoint import CheckpointManager, rng_state, set_rng_state
+from robolearn.runners.checkpoint import CheckpointError, CheckpointManager, rng_state, set_rng_state
 from robolearn.runners.rollout import VideoSpec, rollout
+from robolearn.runners.rundir import (
+    RunDirError,
+    RunLock,
+    check_new_run,
+    check_resume_config,
+    check_resume_spec,
+    json_default,
+    write_json,
+)
+from robolearn.runners.runner_config import RunnerConfig
+
+__all__ = ["BaseRunner", "RunInterrupted", "RunnerConfig", "TrainingDiverged", "json_default"]
 
 log = logging.getLogger(__name__)
 
 
 class TrainingDiverged(RuntimeError):
-    """Too many updates in a row produced non-finite losses or parameters."""
+    """Too many updates in a row produced non-finite numbers, or the physics diverged in most worlds."""
 
 
-@dataclass
-class RunnerConfig:
-    """Loop settings shared by the training runners."""
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run at an iteration boundary, after saving a checkpoint."""
 
-    total_env_steps: int = 1_000_000
-    """Stop after this many environment steps (worlds x control steps)."""
-    eval_interval: int = 20
-    """Updates between evaluations; the run also evaluates once at the end."""
-    eval_steps: int | None = None
-    """Control steps of an evaluation episode; ``None``: the eval env's episode length."""
-    checkpoint_interval: int = 20
-    """Updates between checkpoints; the run also checkpoints at the end."""
-    keep_checkpoints: int = 3
-    """Checkpoints kept on disk (older ones are pruned)."""
-    video: bool = True
-    """Record world 0 of the final evaluation as ``eval.mp4`` (needs offscreen GL)."""
-    video_size: tuple[int, int] = (320, 240)
-    """Width and height of the evaluation video."""
-    video_camera: str | int = -1
-    """Camera of the video: a name in the model, or -1 for the free camera."""
-    steps_per_iteration: int = 50
-    """Off-policy runners: control steps of every world between two log/eval/checkpoint points."""
-    max_bad_updates: int = 5
-    """Stop after this many consecutive updates with non-finite losses or parameters."""
-    console: bool = True
-    """Show a progress bar."""
-    tensorboard: bool = True
-    """Write TensorBoard events."""
+    def __init__(self, message: str, checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+        """The checkpoint the run can be resumed from (``None`` if there is none)."""
 
 
 class BaseRunner:
     """The shared loop; a subclass implements :meth:`_iterate` and :meth:`_iteration_length`."""
 
+    unit: str = "env_steps"
+    """What a step is (``env_steps``: worlds x control steps; ``grad_steps`` offline): the name of
+    the step column in ``metrics.csv``, of the summary's counter and of the progress bar's unit."""
+
     def __init__(
         self,
-        env: Any,
+        env: Any | None,
         agent: Any,
         cfg: RunnerConfig,
         run_dir: str | os.PathLike[str],
@@ -79,97 +84,219 @@ class BaseRunner:
         eval_env: Any | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
-        """Set up the run directory: ``config.json``, ``policy_spec.json``, logs and checkpoints."""
+        """Remember what to run; nothing is written until :meth:`learn`.
+
+        Args:
+            env: the training env (``None`` for a runner that learns from data only).
+            agent: the learner (DESIGN.md, "Algorithm").
+            cfg: loop settings.
+            run_dir: where the run is written.
+            eval_env: the env evaluations run in (``None``: no evaluation).
+            config: the run's resolved config, written as ``config.json`` and compared on resume.
+        """
+        if not isinstance(cfg, RunnerConfig):
+            raise TypeError(f"cfg: expected a RunnerConfig, got {type(cfg).__name__}")
         self.env, self.agent, self.cfg = env, agent, cfg
         self.eval_env = eval_env
+        self.config = config
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.total_steps = self._total_steps()
+        """Length of the run in :attr:`unit`."""
         self.steps_per_iteration = self._iteration_length()
-        """Environment steps (worlds x control steps) one iteration takes."""
+        """Steps (in :attr:`unit`) one iteration takes."""
         self.checkpoints = CheckpointManager(self.run_dir, keep=cfg.keep_checkpoints)
         self.update_idx = 0
-        self.env_steps = 0
-        self.wall_time = 0.0
+        self.steps = 0
+        """Steps taken so far, in :attr:`unit`."""
+        self.train_time = 0.0
+        """Seconds spent in iterations (collecting and updating), summed over resumes."""
+        self.total_time = 0.0
+        """Seconds of the whole run before this session (evaluations, checkpoints, video included)."""
         self.best_eval = -math.inf
         self.last_eval = math.nan
         self.bad_updates = 0
         self.skipped_updates = 0
-        if config is not None:
-            _write_json(self.run_dir / "config.json", config)
-        if hasattr(env, "policy_spec"):
-            _write_json(self.run_dir / "policy_spec.json", env.policy_spec())
-
-    # -- the loop ----------------------------------------------------------------------------
-    def learn(self, resume: bool = False) -> dict[str, Any]:
-        """Train until ``total_env_steps``; resume from the latest checkpoint if asked. Returns the summary."""
-        if resume:
-            self._restore()
-        cfg = self.cfg
-        total_updates = math.ceil(cfg.total_env_steps / self.steps_per_iteration)
-        logger = Logger(
-            self.run_dir, console=cfg.console, tensorboard=cfg.tensorboard, total=cfg.total_env_steps
-        )
+        self.num_diverged = 0
+        """World-steps of the training env that diverged (the env's cumulative count)."""
+        self._started = False  # this object has set up (or continued) the run directory
+        self._video: tuple[list[np.ndarray], float] | None = None
         self._returns: list[torch.Tensor] = []
         self._lengths: list[torch.Tensor] = []
         self._successes: list[torch.Tensor] = []
-        obs = self.env.obs
-        try:
-            while self.update_idx < total_updates:
-                start = time.perf_counter()
-                obs, stats = self._iterate(obs)
-                self.update_idx += 1
-                self.env_steps += self.steps_per_iteration
-                self.wall_time += time.perf_counter() - start
-                metrics = {f"train/{k}": v for k, v in stats.items()}
-                if self._returns:
-                    metrics["train/return"] = torch.cat(self._returns).double().mean()
-                    metrics["train/episode_length"] = torch.cat(self._lengths).double().mean()
-                    if self._successes:
-                        metrics["train/success_rate"] = torch.cat(self._successes).double().mean()
-                    self._returns, self._lengths, self._successes = [], [], []
-                last = self.update_idx == total_updates
-                if self.eval_env is not None and (last or self.update_idx % cfg.eval_interval == 0):
-                    metrics.update(self.evaluate(video=last and cfg.video))
-                metrics["env_steps"] = float(self.env_steps)
-                metrics["train/skipped_updates"] = float(self.skipped_updates)
-                metrics["time/env_steps_per_s"] = self.env_steps / max(self.wall_time, 1e-9)
-                logger.log(metrics, step=self.env_steps)
-                logger.progress(self.env_steps)
-                # No checkpoint inside a streak of skipped updates: the last one stays before the trouble.
-                if self.bad_updates == 0 and (last or self.update_idx % cfg.checkpoint_interval == 0):
-                    self._checkpoint()
-        finally:
-            logger.close()
-        return self._finish()
+        self._reset_divergence()
+
+    # -- what a subclass defines ---------------------------------------------------------------
+    def _total_steps(self) -> int:
+        """Length of the run in :attr:`unit` (online: ``cfg.total_env_steps``)."""
+        return int(self.cfg.total_env_steps)
 
     def _iteration_length(self) -> int:
-        """Environment steps (worlds x control steps) of one iteration."""
+        """Steps (in :attr:`unit`) of one iteration."""
         raise NotImplementedError
 
     def _iterate(self, obs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Collect ``steps_per_iteration`` env steps and learn from them; return the latest obs and stats."""
         raise NotImplementedError
 
-    def _record_episodes(self, info: dict[str, Any]) -> None:
-        """Keep the returns, lengths and successes of the episodes that ended this step (no host sync)."""
+    # -- the run -------------------------------------------------------------------------------
+    def learn(self, resume: bool = False) -> dict[str, Any]:
+        """Train until :attr:`total_steps`; resume from the newest readable checkpoint if asked.
+
+        Returns the summary (also written as ``summary.json``).
+
+        Raises:
+            RunDirError: the directory holds another run, is locked by another writer, or the run
+                to resume does not fit (nothing has been written then).
+            TrainingDiverged: updates kept producing non-finite numbers, or the physics diverged
+                in most worlds for ``divergence_patience`` steps.
+            RunInterrupted: Ctrl-C; the run stopped after saving a checkpoint.
+        """
+        session_start = time.perf_counter()
+        self._check_settings()
+        with RunLock(self.run_dir), _Interrupt() as interrupt:
+            self._open(resume)
+            self._loop(interrupt, session_start)
+            return self._finish(session_start)
+
+    def _check_settings(self) -> None:
+        """Settings used only at the end are tried now: one video frame with the run's size and camera."""
+        if not (self.cfg.video and self.eval_env is not None):
+            return
+        width, height = self.cfg.video_size
+        try:
+            self.eval_env.render([0], width, height, camera=self.cfg.video_camera)
+        except ValueError as exc:
+            raise ValueError(f"runner.video_camera / runner.video_size: {exc}") from None
+        except Exception as exc:  # no GL context on a headless machine, a size the model's buffer refuses
+            raise RuntimeError(
+                f"runner.video: rendering a {width}x{height} frame failed here ({exc}); set runner.video=false, "
+                "or install EGL/OSMesa (MUJOCO_GL=egl or osmesa)"
+            ) from None
+
+    def _open(self, resume: bool) -> None:
+        """Check the run directory (and for a resume, the run and its checkpoint), then write the run's files."""
+        spec = self._policy_spec()
+        if resume:
+            check_resume_config(self.run_dir, self.config)
+            check_resume_spec(self.run_dir, spec)
+            self._restore()
+        elif not self._started:
+            check_new_run(self.run_dir, self.cfg.overwrite)
+        # Everything is known to fit: only now is anything of the run written.
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            _truncate_metrics(self.run_dir / "metrics.csv", self.steps)
+        if self.config is not None:
+            write_json(self.run_dir / "config.json", self.config)
+        if spec is not None:
+            write_json(self.run_dir / "policy_spec.json", spec)
+        self._started = True
+
+    def _policy_spec(self) -> dict[str, Any] | None:
+        source = self.env if self.env is not None else self.eval_env
+        return source.policy_spec() if hasattr(source, "policy_spec") else None
+
+    def _loop(self, interrupt: _Interrupt, session_start: float) -> None:
+        cfg = self.cfg
+        self.total_steps = self._total_steps()  # read again: the config may have grown since __init__
+        total_iterations = math.ceil(self.total_steps / self.steps_per_iteration)
+        logger = Logger(self.run_dir, console=cfg.console, tensorboard=cfg.tensorboard, total=self.total_steps)
+        self._returns, self._lengths, self._successes = [], [], []
+        obs = self.env.obs if self.env is not None else {}
+        try:
+            while self.update_idx < total_iterations:
+                start = time.perf_counter()
+                obs, stats = self._iterate(obs)
+                self.update_idx += 1
+                self.steps += self.steps_per_iteration
+                self.train_time += time.perf_counter() - start
+                last = self.update_idx == total_iterations
+                metrics = self._train_metrics(stats)
+                if self.eval_env is not None and (last or self.update_idx % cfg.eval_interval == 0):
+                    metrics.update(self.evaluate(video=last and cfg.video))
+                metrics[self.unit] = float(self.steps)
+                metrics["train/skipped_updates"] = float(self.skipped_updates)
+                metrics[f"time/{self.unit}_per_s"] = self.steps / max(self.train_time, 1e-9)
+                logger.log(metrics, step=self.steps)
+                self._check_divergence()
+                # No checkpoint inside a streak of skipped updates: the last one stays before the trouble.
+                saved = self.bad_updates == 0 and (last or self.update_idx % cfg.checkpoint_interval == 0)
+                if saved:
+                    self._checkpoint(session_start)
+                if interrupt.requested:
+                    if self.bad_updates == 0 and not saved:
+                        self._checkpoint(session_start)
+                    latest = self.checkpoints.latest()
+                    raise RunInterrupted(
+                        f"interrupted at {self.steps} {self.unit}; the last checkpoint is {latest}", latest
+                    )
+        finally:
+            logger.close()
+
+    def _train_metrics(self, stats: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The iteration's update stats, finished-episode statistics and divergence counts (tensors: no sync here)."""
+        metrics: dict[str, Any] = {f"train/{k}": v for k, v in stats.items()}
+        if self._returns:
+            metrics["train/return"] = torch.cat(self._returns).double().mean()
+            metrics["train/episode_length"] = torch.cat(self._lengths).double().mean()
+            if self._successes:
+                metrics["train/success_rate"] = torch.cat(self._successes).double().mean()
+            self._returns, self._lengths, self._successes = [], [], []
+        if self.env is not None:
+            metrics["train/diverged"] = self._diverged
+            metrics["train/num_diverged"] = float(self.num_diverged)
+            self._diverged = torch.zeros_like(self._diverged)
+        return metrics
+
+    def _record(self, info: dict[str, Any]) -> None:
+        """Keep what a training step reports: finished episodes, diverged worlds (tensor ops, no host sync)."""
         if "episode" in info:
             self._returns.append(info["episode"]["return"])
             self._lengths.append(info["episode"]["length"])
             if "success" in info["episode"]:
                 self._successes.append(info["episode"]["success"])
+        diverged = info.get("diverged")
+        if diverged is not None:
+            if self._streak.device != diverged.device:  # once: the counters live where the env's tensors do
+                self._reset_divergence(diverged.device)
+            self._diverged = self._diverged + diverged.sum()
+            most = diverged.double().mean() > self.cfg.divergence_fraction
+            self._streak = torch.where(most, self._streak + 1, torch.zeros_like(self._streak))
+            self._worst_streak = torch.maximum(self._worst_streak, self._streak)
+        if "num_diverged" in info:
+            self.num_diverged = int(info["num_diverged"])
 
+    def _reset_divergence(self, device: torch.device | str = "cpu") -> None:
+        self._diverged = torch.zeros((), dtype=torch.long, device=device)
+        self._streak = torch.zeros((), dtype=torch.long, device=device)
+        self._worst_streak = torch.zeros((), dtype=torch.long, device=device)
+
+    def _check_divergence(self) -> None:
+        """Stop when most worlds diverged for ``divergence_patience`` consecutive control steps."""
+        worst = int(self._worst_streak)
+        self._worst_streak = torch.zeros_like(self._worst_streak)
+        if worst >= self.cfg.divergence_patience:
+            raise TrainingDiverged(
+                f"the physics diverged in more than {self.cfg.divergence_fraction:.0%} of the worlds for {worst} "
+                f"consecutive control steps (runner.divergence_patience={self.cfg.divergence_patience}) at "
+                f"{self.steps} {self.unit}; check the timestep and the model parameters. metrics.csv has "
+                "train/diverged per iteration"
+            )
+
+    # -- the divergence guard of the updates ---------------------------------------------------
     def _guarded(self, update: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """Run ``update``; undo it when it produced non-finite numbers; too many in a row stop the run.
 
         The snapshot is the agent's ``learned_state_dict()`` where it has one, which leaves out a
-        replay buffer: data, not learned state, and too large to copy every iteration.
+        replay buffer: data, not learned state, and too large to copy every iteration. The check
+        covers the update's stats and every tensor of ``agent.parameters()``.
         """
         learned = getattr(self.agent, "learned_state_dict", self.agent.state_dict)
         snapshot = copy.deepcopy(learned())
         stats = update()
-        finite = all(bool(torch.isfinite(v).all()) for v in stats.values())  # one host sync per update
-        finite = finite and all(bool(torch.isfinite(p).all()) for p in _parameters(self.agent))
-        if finite:
+        # An agent without parameters() is checked on every float tensor of its learned state.
+        params = _parameters(self.agent) or _float_tensors(learned())
+        if _all_finite([*stats.values(), *params]):
             self.bad_updates = 0
             return stats
         self.agent.load_state_dict(snapshot)  # an agent keeps its replay buffer when the state has none
@@ -183,12 +310,13 @@ class BaseRunner:
             )
         return {k: torch.zeros(()) for k in stats}
 
-    # -- evaluation --------------------------------------------------------------------------
+    # -- evaluation ----------------------------------------------------------------------------
     def evaluate(self, video: bool = False) -> dict[str, float]:
         """Deterministic evaluation: one episode per eval world (the first each world ends).
 
-        Returns the mean and spread of the returns and, where the task defines success, the
-        success rate of those episodes.
+        Returns the mean and spread of the returns, the mean episode length, the diverged
+        world-steps and, where the task defines success, the success rate of those episodes.
+        With ``video``, world 0's episode is filmed; the file is written at the end of the run.
         """
         env = self.eval_env
         width, height = self.cfg.video_size
@@ -201,93 +329,175 @@ class BaseRunner:
             inference=False,  # the eval env lives on (and is checkpointed, restored in place)
         )
         if result.frames:
-            write_mp4(self.run_dir / "eval.mp4", result.frames, fps=1.0 / env.dt)
+            self._video = (result.frames, 1.0 / env.dt)
         out = result.summary("eval/")
+        out["eval/diverged"] = float(result.diverged)
         self.last_eval = out["eval/return"]
         self.best_eval = max(self.best_eval, self.last_eval)
         return out
 
-    # -- checkpoints and the end of the run --------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self, session_start: float | None = None) -> dict[str, Any]:
         """Agent, envs, RNGs and counters."""
+        elapsed = 0.0 if session_start is None else time.perf_counter() - session_start
         state = {
             "agent": self.agent.state_dict(),
-            "env": self.env.state_dict(),
             "rng": rng_state(),
             "counters": {
+                "unit": self.unit,
                 "update_idx": self.update_idx,
-                "env_steps": self.env_steps,
-                "wall_time": self.wall_time,
+                "steps": self.steps,
+                "train_time": self.train_time,
+                "total_time": self.total_time + elapsed,
                 "best_eval": self.best_eval,
                 "last_eval": self.last_eval,
                 "skipped_updates": self.skipped_updates,
+                "num_diverged": self.num_diverged,
             },
         }
+        if self.env is not None:
+            state["env"] = self.env.state_dict()
         if self.eval_env is not None:
             state["eval_env"] = self.eval_env.state_dict()
         return state
 
-    def _checkpoint(self) -> None:
-        self.checkpoints.save(self.state_dict(), step=self.env_steps)
+    def _checkpoint(self, session_start: float | None = None) -> None:
+        self.checkpoints.save(self.state_dict(session_start), step=self.steps)
 
     def _restore(self) -> None:
-        state = self.checkpoints.load_latest()
-        if state is None:
-            raise FileNotFoundError(f"resume: no checkpoint in {self.run_dir / 'checkpoints'}")
+        """Load the newest readable checkpoint into the agent, envs, RNGs and counters.
+
+        Raises:
+            RunDirError: no checkpoint, none readable, or one that does not fit this run.
+        """
+        try:
+            found = self.checkpoints.load_newest_readable()
+        except CheckpointError as exc:
+            raise RunDirError(f"resume: {exc}") from None
+        if found is None:
+            raise RunDirError(f"resume: no checkpoint in {self.checkpoints.dir}")
+        path, state = found
+        try:
+            self._load_state(state)
+        except (KeyError, ValueError, RuntimeError, TypeError, IndexError) as exc:
+            raise RunDirError(f"resume: checkpoint {path} does not fit this run: {exc}") from None
+        log.info("resumed %s from %s at iteration %d (%d %s)", self.run_dir, path.name, self.update_idx, self.steps, self.unit)
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        """Put a checkpoint's state into the agent, the envs, the RNGs and the counters."""
+        c = state["counters"]
+        unit = c.get("unit", "env_steps")
+        if unit != self.unit:
+            raise ValueError(f"its steps count {unit}, this runner's count {self.unit}")
         self.agent.load_state_dict(state["agent"])
-        self.env.load_state_dict(state["env"])
+        if self.env is not None:
+            self.env.load_state_dict(state["env"])
         if self.eval_env is not None and "eval_env" in state:
             self.eval_env.load_state_dict(state["eval_env"])
         set_rng_state(state["rng"])
-        c = state["counters"]
-        self.update_idx, self.env_steps = int(c["update_idx"]), int(c["env_steps"])
-        self.wall_time, self.best_eval, self.last_eval = float(c["wall_time"]), float(c["best_eval"]), float(c["last_eval"])
+        self.update_idx = int(c["update_idx"])
+        self.steps = int(c.get("steps", c.get("env_steps", 0)))  # "env_steps": checkpoints of earlier versions
+        self.train_time = float(c.get("train_time", c.get("wall_time", 0.0)))
+        self.total_time = float(c.get("total_time", self.train_time))
+        self.best_eval, self.last_eval = float(c["best_eval"]), float(c["last_eval"])
         self.skipped_updates = int(c["skipped_updates"])
-        _truncate_metrics(self.run_dir / "metrics.csv", self.env_steps)
-        log.info("resumed %s at update %d (%d env steps)", self.run_dir, self.update_idx, self.env_steps)
+        self.num_diverged = int(c.get("num_diverged", 0))
 
-    def _finish(self) -> dict[str, Any]:
-        summary = {
+    # -- the end of the run --------------------------------------------------------------------
+    def _summary(self, session_start: float) -> dict[str, Any]:
+        """What ``summary.json`` holds; subclasses add their own entries."""
+        return {
             "final_eval_return": self.last_eval,
             "best_eval_return": self.best_eval if math.isfinite(self.best_eval) else math.nan,
-            "env_steps": self.env_steps,
+            self.unit: self.steps,
             "updates": self.update_idx,
-            "wall_time_s": self.wall_time,
-            "env_steps_per_s": self.env_steps / max(self.wall_time, 1e-9),
+            "train_time_s": self.train_time,
+            "wall_time_s": self.total_time + time.perf_counter() - session_start,
+            f"{self.unit}_per_s": self.steps / max(self.train_time, 1e-9),
             "skipped_updates": self.skipped_updates,
+            "num_diverged": self.num_diverged,
         }
-        _write_json(self.run_dir / "summary.json", summary)
-        try:
-            y = ("eval/return", "train/return") if self.eval_env is not None else ("train/return",)
-            plot_learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png", x="env_steps", y=y)
-        except ValueError as err:  # too short a run to have those columns
-            log.warning("no learning curve: %s", err)
+
+    def _finish(self, session_start: float) -> dict[str, Any]:
+        """Write the summary (the checkpoint is already written), then the optional video and plot."""
+        write_json(self.run_dir / "summary.json", self._summary(session_start))
+        if self._video is not None:
+            frames, fps = self._video
+            self._video = None
+            _optional("eval.mp4", lambda: write_mp4(self.run_dir / "eval.mp4", frames, fps=fps))
+        _optional("learning_curve.png", self._plot)
+        summary = self._summary(session_start)  # the total time now includes the video and the plot
+        write_json(self.run_dir / "summary.json", summary)
         return summary
+
+    def _plot(self) -> None:
+        wanted = ("eval/return", "train/return") if self.eval_env is not None else ("train/return",)
+        plot_learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png", x=self.unit, y=wanted,
+                            skip_missing=True)
+
+
+class _Interrupt:
+    """Turns the first Ctrl-C into a request to stop at the next iteration boundary (the loop then
+    saves a checkpoint); a second Ctrl-C interrupts at once. Only in the main thread, where Python
+    delivers signals.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        log.warning("interrupted: stopping after this iteration, with a checkpoint (Ctrl-C again stops at once)")
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _optional(what: str, write: Callable[[], object]) -> None:
+    """Write an optional output; a failure is logged (the run's results are already on disk)."""
+    try:
+        write()
+    except Exception as exc:
+        log.warning("no %s: %s", what, exc)
 
 
 def _parameters(agent: Any) -> list[torch.Tensor]:
+    """The agent's learnable tensors (``parameters()``, a method or, in older agents, a list)."""
     params = getattr(agent, "parameters", None)
     if callable(params):
         return list(params())
     return list(params or [])
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default))
-    os.replace(tmp, path)
+def _float_tensors(state: Any) -> list[torch.Tensor]:
+    """Every floating-point tensor in a nested state dict."""
+    if isinstance(state, torch.Tensor):
+        return [state] if state.is_floating_point() else []
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in _float_tensors(v)]
+    if isinstance(state, (list, tuple)):
+        return [t for v in state for t in _float_tensors(v)]
+    return []
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if hasattr(value, "__dataclass_fields__"):
-        return asdict(value)
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, Callable):  # type: ignore[arg-type]
-        return getattr(value, "__qualname__", repr(value))
-    return repr(value)
+def _all_finite(tensors: Iterable[torch.Tensor | float]) -> bool:
+    """Whether every value is finite: one reduction and one host sync per device."""
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        t = torch.as_tensor(t)
+        by_device.setdefault(t.device, []).append(torch.isfinite(t).all())
+    return all(bool(torch.stack(flags).all()) for flags in by_device.values())
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

@@ -7,12 +7,17 @@ file. :func:`save_checkpoint` checks this before writing, so a state that could 
 refused at save time, with the path of the offending entry, not discovered at resume time.
 
 Writes go to a temporary file in the target's folder, are fsynced, and are moved over the target
-with ``os.replace``; a crash mid-write leaves the previous checkpoint as it was.
+with ``os.replace``; a crash mid-write leaves the previous checkpoint as it was. Every checkpoint
+carries a SHA-256 digest of its content (keys, types, tensor dtypes, shapes and bytes), which
+:func:`load_checkpoint` recomputes: a file damaged after it was written is refused, not loaded.
+:meth:`CheckpointManager.load_latest` falls back to the newest checkpoint that loads, saying so,
+when the latest one is truncated or damaged.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import os
 import pickle
@@ -39,6 +44,9 @@ _LEAF_TYPES: tuple[type, ...] = (
 _CONTAINER_TYPES: tuple[type, ...] = (dict, collections.OrderedDict, list, tuple, set)
 
 _CHECKPOINT_NAME = re.compile(r"ckpt_(\d+)\.pt")
+
+DIGEST_KEY = "__content_sha256__"
+"""Top-level key of the content digest in a saved checkpoint (removed again on load)."""
 
 
 class CheckpointError(RuntimeError):
@@ -91,6 +99,42 @@ def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     _fsync_dir(path.parent)
 
 
+def content_digest(state: Mapping[str, Any]) -> str:
+    """SHA-256 of a checkpoint's content: the structure, every key and leaf, tensor dtypes, shapes and bytes.
+
+    It depends only on what :func:`load_checkpoint` gives back (not on the zip layout torch
+    writes), so it is recomputed from the loaded state to verify it.
+    """
+    h = hashlib.sha256()
+    _digest(state, h)
+    return h.hexdigest()
+
+
+def _digest(value: object, h: Any) -> None:
+    """Feed ``value`` into ``h`` with a type tag and lengths, so different structures never collide."""
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    elif isinstance(value, dict):
+        h.update(f"D{len(value)}".encode())
+        for key, item in value.items():
+            _digest(key, h)
+            _digest(item, h)
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{type(value).__name__[0]}{len(value)}".encode())
+        for item in value:
+            _digest(item, h)
+    elif isinstance(value, set):  # iteration order of a set of str changes between processes
+        h.update(f"S{len(value)}".encode())
+        for item in sorted(value, key=repr):
+            _digest(item, h)
+    else:
+        text = f"{type(value).__name__}:{value!r}".encode()
+        h.update(f"L{len(text)}".encode() + text)
+
+
 def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
     """Write ``state`` to ``path`` atomically and return the path.
 
@@ -101,8 +145,11 @@ def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> P
     if type(state) not in (dict, collections.OrderedDict):
         raise TypeError(f"state: expected a dict, got {type(state).__name__}")
     _check_loadable(state, "state")
+    if DIGEST_KEY in state:
+        raise TypeError(f"state: the key {DIGEST_KEY!r} is reserved for the content digest")
     target = Path(path)
-    _atomic_write(target, lambda f: torch.save(state, f))
+    stamped = {**state, DIGEST_KEY: content_digest(state)}
+    _atomic_write(target, lambda f: torch.save(stamped, f))
     log.debug("saved checkpoint %s", target)
     return target
 
@@ -132,17 +179,28 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     try:
         state = torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
+        # Our own words, from None: torch's message goes on to suggest weights_only=False, which
+        # would run whatever code the file holds.
         refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
         if refused:
             raise CheckpointError(
-                f"checkpoint {source}: holds {refused.group(1)}, which weights_only=True loading refuses "
-                "(only tensors and plain containers are loaded; the file was not written by save_checkpoint)"
-            ) from err
-        raise CheckpointError(f"checkpoint {source}: corrupt ({str(err).splitlines()[0]})") from err
-    except (RuntimeError, EOFError, zipfile.BadZipFile, KeyError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {source}: corrupt ({err})") from err
+                f"checkpoint {source}: holds {refused.group(1)}, an object that robolearn does not load "
+                "(a checkpoint holds only tensors, numbers, strings and containers of them; this file was "
+                "not written by robolearn's save_checkpoint)"
+            ) from None
+        raise CheckpointError(f"checkpoint {source}: corrupt (its content cannot be decoded)") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, KeyError, ValueError, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {source}: corrupt ({first[:200]})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {source}: expected a dict, got {type(state).__name__}")
+    saved = state.pop(DIGEST_KEY, None)
+    if saved is None:
+        log.debug("checkpoint %s carries no content digest (written before digests); not verified", source)
+    elif saved != content_digest(state):
+        raise CheckpointError(
+            f"checkpoint {source}: content digest mismatch (the file was changed or damaged after it was written)"
+        )
     return state
 
 
@@ -218,8 +276,8 @@ class CheckpointManager:
             raise ValueError(f"keep: expected a positive int or None, got {keep!r}")
         self.dir = Path(run_dir) / "checkpoints"
         self.keep = keep
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.dir.glob(".*.tmp"):
+        # Nothing is created here (a manager may only look); the folder appears with the first save.
+        for stale in self.dir.glob(".*.tmp") if self.dir.is_dir() else ():
             log.info("removing %s, left by an interrupted checkpoint write", stale)
             stale.unlink(missing_ok=True)
 
@@ -231,6 +289,8 @@ class CheckpointManager:
 
     def checkpoints(self) -> list[Path]:
         """Existing checkpoint files, oldest (lowest step) first."""
+        if not self.dir.is_dir():
+            return []
         found = [(int(m.group(1)), p) for p in self.dir.iterdir() if (m := _CHECKPOINT_NAME.fullmatch(p.name))]
         return [p for _, p in sorted(found)]
 
@@ -257,6 +317,32 @@ class CheckpointManager:
         return found[-1] if found else None
 
     def load_latest(self, map_location: str | torch.device | None = None) -> dict[str, Any] | None:
-        """Load :meth:`latest` with :func:`load_checkpoint`, or return ``None`` if there is none."""
-        path = self.latest()
-        return None if path is None else load_checkpoint(path, map_location=map_location)
+        """The newest readable checkpoint's state (see :meth:`load_newest_readable`), or ``None`` if there is none."""
+        found = self.load_newest_readable(map_location)
+        return None if found is None else found[1]
+
+    def load_newest_readable(self, map_location: str | torch.device | None = None) -> tuple[Path, dict[str, Any]] | None:
+        """``(path, state)`` of :meth:`latest`, or, if that one cannot be loaded, of the newest one that can.
+
+        Each checkpoint passed over is logged as a warning with the reason. Returns ``None`` when
+        there is no checkpoint at all.
+
+        Raises:
+            CheckpointError: there are checkpoints but none loads (each is named with its reason).
+        """
+        latest = self.latest()
+        if latest is None:
+            return None
+        candidates = [latest] + [p for p in reversed(self.checkpoints()) if p != latest]
+        reasons = []
+        for path in candidates:
+            try:
+                state = load_checkpoint(path, map_location=map_location)
+            except CheckpointError as err:
+                reasons.append(str(err))
+                log.warning("%s; falling back to the next older checkpoint", err)
+                continue
+            if path != latest:
+                log.warning("using %s, the newest checkpoint that loads (not the latest, %s)", path, latest.name)
+            return path, state
+        raise CheckpointError(f"no readable checkpoint in {self.dir}: " + "; ".join(reasons))

@@ -27,9 +27,13 @@ class OffPolicyRunner(BaseRunner):
             stats: dict[str, torch.Tensor] = {}
             for _ in range(self.cfg.steps_per_iteration):
                 action = self.agent.act(obs)
+                if not bool(torch.isfinite(action).all()):
+                    # An update of this iteration broke the actor: stop acting on it; the guard
+                    # finds the non-finite parameters and undoes the iteration's updates.
+                    break
                 next_obs, reward, terminated, truncated, info = self.env.step(action)
                 self.agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-                self._record_episodes(info)
+                self._record(info)
                 obs = next_obs
                 stats = self.agent.update() or stats
             return stats

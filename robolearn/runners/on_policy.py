@@ -23,7 +23,7 @@ class OnPolicyRunner(BaseRunner):
             action = self.agent.act(obs)
             next_obs, reward, terminated, truncated, info = self.env.step(action)
             self.agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-            self._record_episodes(info)
+            self._record(info)
             obs = next_obs
         self.agent.compute_returns(obs)
         return obs, self._guarded(self.agent.update)
