@@ -503,14 +503,23 @@ class EventManager:
         self.timers[name][env_ids] = self.env.draw_uniform(env_ids, 1, lo, hi)[:, 0]
 
     def step(self, dt: float) -> None:
-        """Advance interval timers; fire the events whose timers ran out."""
+        """Advance interval timers; fire the events whose timers ran out and rearm those timers.
+
+        The next intervals come from a per-step stream drawn for every world every step (a slice
+        of a precomputed block) and are kept only where a timer ran out: cheaper than a per-call
+        draw for the due worlds, and a world's intervals still depend on its own stream only.
+        """
+        env = self.env
         for name, term in self.by_mode["interval"].items():
             timer = self.timers[name]
             timer -= dt
-            due = host_nonzero(timer <= 0)  # a host sync: the event draws for the due worlds only
+            lo, hi = term.interval_range_s
+            fresh = torch.add(lo, env.draw_step_uniform(f"interval/{name}", 1)[:, 0], alpha=hi - lo)
+            due_mask = timer <= 0
+            due = host_nonzero(due_mask)  # a host sync: the event draws for the due worlds only
             if due is not None:
-                term.func(self.env, due, **term.params)
-                self._rearm(name, due)
+                term.func(env, due, **term.params)
+                torch.where(due_mask, fresh, timer, out=timer)
 
 
 class CommandManager:
