@@ -13,6 +13,7 @@ Plain ``key=value`` overrides are force-added (``++``) so that an unknown key re
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import importlib.resources
 import itertools
 import json
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -44,6 +46,7 @@ from robolearn.cli.config import (
     train_config_from_dict,
     train_config_to_dict,
 )
+from robolearn.runners import CheckpointError, RunDirError, TrainingDiverged
 from robolearn.runners.rollout import VideoSpec, rollout
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,12 @@ class UsageError(ValueError):
 
 
 def run_command(command: str, argv: Sequence[str]) -> int:
-    """Run ``robolearn <command> <argv>`` (``train``, ``eval``, ``export``, ``sim2sim``); return the exit status."""
+    """Run ``robolearn <command> <argv>`` (``train``, ``eval``, ``export``, ``sim2sim``); return the exit status.
+
+    A user error (a bad setting, a run directory that cannot be used, an unreadable file, a full
+    disk) prints one line and returns 2; a run stopped by divergence returns 1; Ctrl-C, after the
+    runner saved a checkpoint, returns 130.
+    """
     args = list(argv)
     if any(a in ("-h", "--help") for a in args):
         print(_help(command))
@@ -83,9 +91,33 @@ def run_command(command: str, argv: Sequence[str]) -> int:
             "data": data_entry,
         }
         return handlers[command](overrides)
-    except (ConfigError, UsageError, HydraException, OmegaConfBaseException, FileNotFoundError) as exc:
-        print(f"robolearn {command}: error: {_message(exc)}", file=sys.stderr)
-        return 2
+    except (ConfigError, UsageError, HydraException, OmegaConfBaseException, RunDirError, CheckpointError) as exc:
+        return _fail(command, _message(exc), 2)
+    except OSError as exc:  # a missing or unreadable file, an unwritable folder, a full disk
+        return _fail(command, _os_message(exc), 2)
+    except TrainingDiverged as exc:
+        return _fail(command, f"training stopped: {exc}", 1)
+    except KeyboardInterrupt as exc:
+        checkpoint = getattr(exc, "checkpoint", None)
+        where = f"; the last checkpoint is {checkpoint} (continue with resume=<run dir>)" if checkpoint else ""
+        return _fail(command, f"interrupted{where}", 130)
+
+
+def _fail(command: str, message: str, status: int) -> int:
+    """Print ``message`` as the command's one error line (the traceback goes to the debug log); return ``status``."""
+    log.debug("robolearn %s failed", command, exc_info=True)
+    print(f"robolearn {command}: error: {message}", file=sys.stderr)
+    return status
+
+
+def _os_message(exc: OSError) -> str:
+    """An OS error in words, with the file it concerns and, for a full disk, what to do."""
+    if exc.errno == errno.ENOSPC:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return f"no space left on the device{where}; free some space (old runs, checkpoints) and resume the run"
+    if exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror.lower()}"
+    return _message(exc)
 
 
 def _message(exc: BaseException) -> str:
@@ -151,7 +183,10 @@ def _resumed_config(resume: str, overrides: Sequence[str]) -> dict[str, Any]:
     path = Path(resume) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"resume={resume}: {path} does not exist")
-    saved = OmegaConf.create(json.loads(path.read_text()))
+    try:
+        saved = OmegaConf.create(json.loads(path.read_text()))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, OmegaConfBaseException, ValueError) as exc:
+        raise ConfigError(f"resume={resume}: {path} cannot be read as a run config ({exc})") from None
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         key = override.key_or_group
         if key == "resume":
@@ -169,6 +204,8 @@ def _resumed_config(resume: str, overrides: Sequence[str]) -> dict[str, Any]:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Build envs, agent and runner from ``cfg``, train (or resume), print and return the summary."""
+    if cfg.torch_threads is not None:
+        torch.set_num_threads(cfg.torch_threads)
     if cfg.offline:
         return train_offline(cfg)
     try:
@@ -187,7 +224,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if eval_env is not None:
             eval_env.close()
     print(
-        f"done: {summary['env_steps']} env steps in {summary['wall_time_s']:.1f} s, "
+        f"done: {summary['env_steps']} env steps in {summary['wall_time_s']:.1f} s ({summary['train_time_s']:.1f} s training), "
         f"final eval return {summary['final_eval_return']:.1f}, best {summary['best_eval_return']:.1f} "
         f"({cfg.run_dir})"
     )
@@ -230,7 +267,8 @@ def train_offline(cfg: TrainConfig) -> dict[str, Any]:
         eval_env.close()
     score = summary.get("normalized_score")
     print(
-        f"done: {summary['grad_steps']} gradient steps in {summary['wall_time_s']:.1f} s, final eval return "
+        f"done: {summary['grad_steps']} gradient steps in {summary['wall_time_s']:.1f} s ({summary['train_time_s']:.1f} s "
+        "training), final eval return "
         f"{summary['final_eval_return']:.1f}" + (f" (normalized score {score:.1f})" if score is not None else "") + f" ({cfg.run_dir})"
     )
     return summary

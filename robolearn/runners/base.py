@@ -48,6 +48,7 @@ from robolearn.runners.rundir import (
     write_json,
 )
 from robolearn.runners.runner_config import RunnerConfig
+from robolearn.utils.config import ConfigError
 
 __all__ = ["BaseRunner", "RunInterrupted", "RunnerConfig", "TrainingDiverged", "json_default"]
 
@@ -166,9 +167,9 @@ class BaseRunner:
         try:
             self.eval_env.render([0], width, height, camera=self.cfg.video_camera)
         except ValueError as exc:
-            raise ValueError(f"runner.video_camera / runner.video_size: {exc}") from None
+            raise ConfigError(f"runner.video_camera / runner.video_size: {exc}") from None
         except Exception as exc:  # no GL context on a headless machine, a size the model's buffer refuses
-            raise RuntimeError(
+            raise ConfigError(
                 f"runner.video: rendering a {width}x{height} frame failed here ({exc}); set runner.video=false, "
                 "or install EGL/OSMesa (MUJOCO_GL=egl or osmesa)"
             ) from None

@@ -2,7 +2,8 @@
 
 Every setting is validated in ``__post_init__``, so a bad value stops the run before it builds
 anything, and a setting used only at the end of a run (video size, evaluation length) fails at
-the start, not after hours of training.
+the start, not after hours of training. Errors are :class:`~robolearn.utils.config.ConfigError`
+(a ``ValueError``) naming the field, the value and what was expected.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from robolearn.utils.config import ConfigError
 
 
 @dataclass
@@ -56,25 +59,25 @@ class RunnerConfig:
             _count("eval_steps", self.eval_steps)
         for name in ("video", "overwrite", "console", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"runner.{name}: expected true or false, got {getattr(self, name)!r}")
+                raise ConfigError(f"runner.{name}: expected true or false, got {getattr(self, name)!r}")
         size = self.video_size
         if not isinstance(size, (tuple, list)) or len(size) != 2:
-            raise ValueError(f"runner.video_size: expected [width, height], got {size!r}")
+            raise ConfigError(f"runner.video_size: expected [width, height], got {size!r}")
         for what, value in zip(("width", "height"), size, strict=True):
             _count(f"video_size ({what})", value)
         self.video_size = (int(size[0]), int(size[1]))
         camera = self.video_camera
         if isinstance(camera, bool) or not isinstance(camera, (str, int)) or (isinstance(camera, int) and camera < -1):
-            raise ValueError(f"runner.video_camera: expected a camera name, an index >= 0 or -1 (free camera), got {camera!r}")
+            raise ConfigError(f"runner.video_camera: expected a camera name, an index >= 0 or -1 (free camera), got {camera!r}")
         if isinstance(camera, str) and not camera:
-            raise ValueError("runner.video_camera: expected a camera name, an index >= 0 or -1, got an empty name")
+            raise ConfigError("runner.video_camera: expected a camera name, an index >= 0 or -1, got an empty name")
         fraction = self.divergence_fraction
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction) \
                 or not 0.0 <= fraction < 1.0:
-            raise ValueError(f"runner.divergence_fraction: expected a number in [0, 1), got {fraction!r}")
+            raise ConfigError(f"runner.divergence_fraction: expected a number in [0, 1), got {fraction!r}")
 
 
 def _count(name: str, value: Any) -> None:
     """Refuse anything but an integer >= 1 (a bool is not a count, nor is 2.5 or 0)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"runner.{name}: expected an integer >= 1, got {value!r}")
+        raise ConfigError(f"runner.{name}: expected an integer >= 1, got {value!r}")
