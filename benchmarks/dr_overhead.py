@@ -87,6 +87,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     torch.set_num_threads(1)
+    robolearn.list_tasks()  # the task families register on first use
     names = ["plain", "events", "latency", "jitter", "dr_no_jitter", "dr"]
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, threads={args.threads}; "

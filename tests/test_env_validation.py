@@ -21,6 +21,7 @@ from robolearn.envs import (
 from robolearn.sim2real.randomization import ActionDelay, ControlJitter, ObservationDelay
 
 PENDULUM = "Pendulum-Swingup"
+robolearn.list_tasks()  # the task families register on first use; task_cfg below reads the registry
 
 
 @pytest.mark.parametrize(
