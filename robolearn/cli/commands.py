@@ -241,7 +241,12 @@ def train_offline(cfg: TrainConfig) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     try:
-        dataset = load_dataset(cfg, eval_env)
+        try:
+            dataset = load_dataset(cfg, eval_env)
+        except OSError as exc:  # h5py's "file signature not found" names neither the file nor the format
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise ConfigError(f"dataset: {cfg.dataset} cannot be read as an HDF5 dataset ({exc})") from None
         agent = build_agent(cfg, eval_env)
         if cfg.normalize_obs:
             groups = {g: v for g, v in dataset.observations.items() if g in eval_env.obs_dims}
