@@ -130,3 +130,18 @@ def test_plot_learning_curve_missing_column(tmp_path):
     with pytest.raises(ValueError, match=r"no column 'eval/return'.*'step', 'env_steps', 'train/return'"):
         plot_learning_curve(path, tmp_path / "out.png")
     assert not (tmp_path / "out.png").exists()
+
+
+def test_plot_learning_curve_skips_missing_columns_when_asked(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,env_steps,eval/return\n1,10,0.5\n2,20,0.7\n")
+    out = plot_learning_curve(path, tmp_path / "out.png", y=("eval/return", "train/return"), skip_missing=True)
+    assert out.read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match=r"none of the columns \['train/return'\] exists"):
+        plot_learning_curve(path, tmp_path / "none.png", y=("train/return",), skip_missing=True)
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_progress_bar_counts_in_the_given_unit(tmp_path):
+    with Logger(tmp_path, tensorboard=False, csv=False, total=10, unit="grad_steps") as logger:
+        assert logger._bar is not None and logger._bar.unit == "grad_steps"

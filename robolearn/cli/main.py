@@ -76,7 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_command(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"robolearn {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 def run_list(args: argparse.Namespace) -> int:

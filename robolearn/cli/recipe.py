@@ -23,7 +23,7 @@ import robolearn
 from robolearn.cli.build import flatten_overrides, load_policy
 from robolearn.cli.config import RecipeConfig
 from robolearn.data import Dataset, DatasetMetadata
-from robolearn.runners import CheckpointManager, load_checkpoint
+from robolearn.runners import CheckpointManager
 from robolearn.runners.collect import collect_episodes, noisy_policy, replay_episodes, uniform_policy
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,9 @@ def build_task(task: str, cfg: RecipeConfig, train_job: TrainJob) -> dict[str, P
     if "medium" in wanted and not paths["medium"].is_file():
         write("medium", _episodes_of(runs["medium"], task, cfg, "medium"), f"{cfg.algo}-medium-noise{cfg.expert_noise:g}")
     if "medium-replay" in wanted and not paths["medium-replay"].is_file():
-        state = load_checkpoint(CheckpointManager(runs["medium"], keep=None).latest(), map_location="cpu")
+        state = CheckpointManager(runs["medium"], keep=None).load_latest(map_location="cpu")  # newest readable
+        if state is None:
+            raise FileNotFoundError(f"medium-replay: no checkpoint in {runs['medium'] / 'checkpoints'}")
         from robolearn.data.replay import ReplayBuffer
 
         replay = ReplayBuffer(int(state["agent"]["replay"]["capacity"]))

@@ -156,6 +156,7 @@ class Logger:
             otherwise, and a missing ``wandb`` package logs a warning instead of failing.
         total: the run's length in steps, for the bar's ETA; ``None`` shows no ETA.
         progress_keys: metric keys whose latest value the bar shows.
+        unit: what a step is, shown by the bar (``env_steps``, ``grad_steps``).
     """
 
     def __init__(
@@ -168,6 +169,7 @@ class Logger:
         wandb: bool | Mapping[str, Any] = False,
         total: int | None = None,
         progress_keys: Sequence[str] = ("train/return", "eval/return"),
+        unit: str = "step",
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +194,7 @@ class Logger:
             if console:
                 # Redirected output (CI logs) gets an occasional line rather than a redraw every 0.1 s.
                 interactive = sys.stderr.isatty()
-                self._bar = tqdm(total=total, unit="step", unit_scale=True, dynamic_ncols=True,
+                self._bar = tqdm(total=total, unit=unit, unit_scale=True, dynamic_ncols=True,
                                  mininterval=0.1 if interactive else 30.0, file=sys.stderr)
         except BaseException:
             self.close()

@@ -201,7 +201,8 @@ class BaseRunner:
         cfg = self.cfg
         self.total_steps = self._total_steps()  # read again: the config may have grown since __init__
         total_iterations = math.ceil(self.total_steps / self.steps_per_iteration)
-        logger = Logger(self.run_dir, console=cfg.console, tensorboard=cfg.tensorboard, total=self.total_steps)
+        logger = Logger(self.run_dir, console=cfg.console, tensorboard=cfg.tensorboard, total=self.total_steps,
+                        unit=self.unit)
         self._returns, self._lengths, self._successes = [], [], []
         obs = self.env.obs if self.env is not None else {}
         try:
