@@ -44,13 +44,12 @@ from robolearn.runners.rundir import (
     check_new_run,
     check_resume_config,
     check_resume_spec,
-    json_default,
     write_json,
 )
 from robolearn.runners.runner_config import RunnerConfig
 from robolearn.utils.config import ConfigError
 
-__all__ = ["BaseRunner", "RunInterrupted", "RunnerConfig", "TrainingDiverged", "json_default"]
+__all__ = ["BaseRunner", "RunInterrupted", "RunnerConfig", "TrainingDiverged"]
 
 log = logging.getLogger(__name__)
 
