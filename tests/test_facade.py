@@ -115,7 +115,7 @@ def test_load_policy_needs_neither_simulator_nor_tasks(tmp_path):
         [sys.executable, "-m", "robolearn.cli.main", "train", "task=Cartpole-Balance", "algo=sac",
          f"run_dir={run}", "num_envs=4", "eval_num_envs=2", "total_env_steps=400", "algo.learning_starts=100",
          "algo.batch_size=32", "runner.steps_per_iteration=25", "runner.video=false", "runner.tensorboard=false",
-         "runner.console=false", "runner.eval_steps=20"],
+         "runner.console=false", "runner.eval_steps=20", "runner.checkpoint_interval=1"],
         check=True, capture_output=True, timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
     got = run_python(
@@ -132,3 +132,14 @@ def test_load_policy_needs_neither_simulator_nor_tasks(tmp_path):
     )
     assert got["shape"] == [3, 1] and got["same"]
     assert got["loaded"] == [], f"load_policy loaded {got['loaded']}"
+
+    # a truncated newest checkpoint: load_policy falls back to the newest one that loads
+    from robolearn.runners.checkpoint import CheckpointManager
+    from robolearn.runners.policy import load_policy
+
+    checkpoints = CheckpointManager(run, keep=None).checkpoints()
+    assert len(checkpoints) >= 2
+    newest = CheckpointManager(run, keep=None).latest()
+    newest.write_bytes(newest.read_bytes()[:100])
+    policy = load_policy(run)
+    assert policy.checkpoint != newest and policy.checkpoint in checkpoints

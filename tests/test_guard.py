@@ -43,7 +43,7 @@ def _runner(name: str, run_dir: Path, data: Dataset):
     if kind == "off_policy":
         return OffPolicyRunner(env, agent, rcfg, run_dir)
     assert kind == "offline", kind
-    return OfflineRunner(data, agent, rcfg, run_dir, eval_env=env, total_grad_steps=100, batch_size=16)
+    return OfflineRunner(data, agent, rcfg, run_dir, eval_env=env, total_grad_steps=100)
 
 
 def _iterate(runner) -> dict[str, torch.Tensor]:

@@ -97,6 +97,6 @@ def test_offline_data_must_fit_the_task(noisy_lqr, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "dataset:" in err and "17" in err and "5" in err, err
     assert main(["train", "algo=iql", "task=Cartpole-Balance", f"run_dir={tmp_path / 'y'}"]) == 2
-    assert "dataset: algo=iql learns offline and needs dataset=<file>" in capsys.readouterr().err
+    assert "dataset: algo=iql learns offline and needs dataset=<file or minari:id>" in capsys.readouterr().err
     assert main(["train", "algo=bc", "task=Cartpole-Balance", f"dataset={tmp_path / 'missing.h5'}", f"run_dir={tmp_path / 'z'}"]) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -29,11 +29,11 @@ def data() -> Dataset:
 def _runner(run: Path, data: Dataset, total: int) -> OfflineRunner:
     spec = ALGORITHMS["bc"]
     env = robolearn.make("Cartpole-Balance", 2, seed=1, episode_length=20)
-    agent = spec.build(spec.config(actor_hidden=(16,)), env.obs_dims, env.action_dim,
+    agent = spec.build(spec.config(actor_hidden=(16,), batch_size=32), env.obs_dims, env.action_dim,
                        action_low=env.ctrl_low, action_high=env.ctrl_high, seed=0)
     cfg = RunnerConfig(steps_per_iteration=5, eval_interval=2, checkpoint_interval=1, video=False, console=False,
                        tensorboard=False, total_env_steps=10**9)  # an online budget an offline run must not read
-    return OfflineRunner(data, agent, cfg, run, eval_env=env, total_grad_steps=total, batch_size=32,
+    return OfflineRunner(data, agent, cfg, run, eval_env=env, total_grad_steps=total,
                          reference=ReferenceReturns(0.0, 20.0), config={"algo": {"name": "bc"}})
 
 

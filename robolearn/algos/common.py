@@ -165,20 +165,21 @@ class OfflineLearner:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: :meth:`learner_state`, the sampler's state and the replay
-        buffer (once it holds anything).
+        """Everything needed to resume: :meth:`learner_state`, the sampler's own state and the
+        replay buffer (once it holds anything).
         """
         state = self.learned_state_dict()
+        if self.sampler is not None:
+            state["sampler"] = self.sampler.state_dict()
         if self._replay is not None and len(self._replay):
             state["replay"] = self._replay.state_dict()
         return state
 
     def learned_state_dict(self) -> dict[str, Any]:
-        """:meth:`state_dict` without the replay buffer: what a rollback of bad updates restores."""
-        state = self.learner_state()
-        if self.sampler is not None:
-            state["sampler"] = self.sampler.state_dict()
-        return state
+        """What a rollback of bad updates restores: :meth:`learner_state`, without the data (replay)
+        and without the sampler's position, so the updates after a rollback see fresh batches.
+        """
+        return self.learner_state()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; a state without ``replay`` keeps this buffer."""

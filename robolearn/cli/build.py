@@ -77,8 +77,11 @@ def load_dataset(cfg: TrainConfig, env: BatchedEnv) -> Any:
             return read_minari(path[len("minari:") :], device=cfg.device, **expect)
         if not Path(path).is_file():
             raise FileNotFoundError(f"dataset: {path} does not exist")
-        with h5py.File(path, "r") as fh:
-            d4rl = "observations" in fh and isinstance(fh["observations"], h5py.Dataset)
+        try:
+            with h5py.File(path, "r") as fh:
+                d4rl = "observations" in fh and isinstance(fh["observations"], h5py.Dataset)
+        except OSError as exc:  # h5py's message does not say which file; ours does
+            raise ConfigError(f"dataset: {path} is not a readable HDF5 dataset file ({exc})") from None
         if d4rl:
             return read_d4rl(path, device=cfg.device, **expect)
         return read_robolearn(path, device=cfg.device, task_id=cfg.task, **expect)

@@ -260,7 +260,6 @@ def train_offline(cfg: TrainConfig) -> dict[str, Any]:
             cfg.run_dir,
             eval_env=eval_env,
             total_grad_steps=cfg.total_grad_steps,
-            batch_size=cfg.algo.batch_size,
             seed=cfg.seed,
             gamma=getattr(cfg.algo, "gamma", 0.99),
             reference=offline_reference(cfg, dataset),

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from robolearn.data.sampler import DatasetSampler
 from robolearn.logging import plot_learning_curve
 from robolearn.runners.base import BaseRunner, RunnerConfig
 
@@ -57,7 +58,6 @@ class OfflineRunner(BaseRunner):
         *,
         eval_env: Any,
         total_grad_steps: int,
-        batch_size: int = 256,
         seed: int = 0,
         gamma: float = 0.99,
         reference: ReferenceReturns | None = None,
@@ -67,28 +67,28 @@ class OfflineRunner(BaseRunner):
 
         Args:
             dataset: a :class:`robolearn.data.Dataset` on the agent's device.
-            agent: an offline learner (``update(batch)``, ``act_inference``, ``state_dict``).
+            agent: an offline learner; the runner sets its ``sampler`` to the dataset and calls
+                ``update()`` (each draws ``agent.cfg.batch_size`` transitions).
             cfg: loop settings; ``steps_per_iteration`` counts gradient steps here.
             run_dir: where the run is written.
             eval_env: the batched env policies are evaluated in (also the policy spec's source).
             total_grad_steps: gradient steps of the run.
-            batch_size: transitions per gradient step.
-            seed: seeds the batch sampling generator.
+            seed: seeds the dataset sampler's generator.
             gamma: discount of the Monte-Carlo returns handed to learners that need them.
             reference: random/expert returns; the summary then has ``normalized_score``.
             config: the resolved config, written as ``config.json``.
         """
-        for name, value in (("total_grad_steps", total_grad_steps), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+        if isinstance(total_grad_steps, bool) or not isinstance(total_grad_steps, int) or total_grad_steps < 1:
+            raise ValueError(f"total_grad_steps: expected an integer >= 1, got {total_grad_steps!r}")
         if eval_env is None:
             raise ValueError("eval_env: an offline run evaluates in simulation and needs an eval env")
         self.dataset = dataset
         self.total_grad_steps = total_grad_steps
-        self.batch_size = batch_size
         self.reference = reference
-        self.generator = torch.Generator(device=dataset.device).manual_seed(seed)
-        self.mc_return = dataset.returns_to_go(gamma) if getattr(agent, "needs_mc_return", False) else None
+        # Where the learner's batches come from (DESIGN.md, "Sampler"): uniform over the dataset,
+        # with Monte-Carlo returns for learners that calibrate against them (Cal-QL).
+        mc_gamma = gamma if getattr(agent, "needs_mc_return", False) else None
+        agent.sampler = DatasetSampler(dataset, seed=seed, mc_return_gamma=mc_gamma)
         super().__init__(None, agent, cfg, run_dir, eval_env=eval_env, config=config)
 
     def _total_steps(self) -> int:
@@ -103,11 +103,7 @@ class OfflineRunner(BaseRunner):
         def learn() -> dict[str, torch.Tensor]:
             stats: dict[str, torch.Tensor] = {}
             for _ in range(self.steps_per_iteration):
-                idx = torch.randint(len(self.dataset), (self.batch_size,), generator=self.generator, device=self.dataset.device)
-                batch = self.dataset.gather(idx)
-                if self.mc_return is not None:
-                    batch.extras["mc_return"] = self.mc_return[idx]
-                stats = self.agent.update(batch)
+                stats = self.agent.update()
             return stats
 
         return obs, self._guarded(learn)
@@ -119,15 +115,10 @@ class OfflineRunner(BaseRunner):
             out["eval/normalized_score"] = self.reference.normalize(self.last_eval)
         return out
 
-    def state_dict(self, session_start: float | None = None) -> dict[str, Any]:
-        """Agent, sampling generator, RNGs and counters (the dataset is data, re-read on resume)."""
-        state = super().state_dict(session_start)
-        state["sampler"] = self.generator.get_state()
-        return state
-
     def _load_state(self, state: dict[str, Any]) -> None:
         super()._load_state(state)
-        self.generator.set_state(state["sampler"])
+        if "sampler" in state:  # checkpoints of robolearn 0.1 kept the sampling generator here
+            self.agent.sampler.load_state_dict({"generator": state["sampler"]})
 
     def _summary(self, session_start: float) -> dict[str, Any]:
         summary = super()._summary(session_start)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from robolearn.algos import registry
-from robolearn.runners.checkpoint import CheckpointManager, load_checkpoint
+from robolearn.runners.checkpoint import CheckpointManager
 from robolearn.runners.train_config import TrainConfig, read_train_config
 from robolearn.utils.config import ConfigError
 
@@ -101,20 +101,22 @@ def _number(value: Any) -> float:
 
 def load_policy(run_dir: str | os.PathLike[str], device: str = "cpu") -> LoadedPolicy:
     """Rebuild a run's agent from its ``config.json`` and ``policy_spec.json`` and load its newest
-    checkpoint.
+    readable checkpoint (a damaged latest one is passed over with a warning).
 
     Raises:
         FileNotFoundError: the run has no config, spec or checkpoint.
         ConfigError: the config or spec cannot be read (the file is named).
+        CheckpointError: no checkpoint of the run loads (each is named with its reason).
     """
     run = Path(run_dir)
     cfg = read_train_config(run)
     spec = read_policy_spec(run)
     spaces = agent_spaces(spec, str(run / "policy_spec.json"))
-    path = CheckpointManager(run, keep=None).latest()
-    if path is None:
+    # The newest checkpoint that loads and verifies: a truncated latest one falls back, with a warning.
+    found = CheckpointManager(run, keep=None).load_newest_readable(map_location=device)
+    if found is None:
         raise FileNotFoundError(f"no checkpoint in {run / 'checkpoints'}")
-    state = load_checkpoint(path, map_location=device)
+    path, state = found
     algo = registry.spec_of(cfg.algo)
     agent = algo.build(cfg.algo, spaces["obs_dims"], spaces["action_dim"], action_low=spaces["action_low"],
                        action_high=spaces["action_high"], device=device, seed=cfg.seed)

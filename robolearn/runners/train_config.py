@@ -60,7 +60,8 @@ class TrainConfig:
     resume: str | None = None
     """A run directory to continue from its latest checkpoint."""
     overwrite: bool = False
-    """Replace a run directory that already holds another run (by default that is an error)."""
+    """Replace a run directory that already holds another run (by default that is an error); the
+    same as ``runner.overwrite=true``."""
     torch_threads: int | None = None
     """Torch intra-op threads of the training process; ``None``: torch's default (every core), right
     on an idle machine; 1 per process when several share a loaded one."""
@@ -115,6 +116,8 @@ def train_config_from_dict(mapping: Mapping[str, Any]) -> TrainConfig:
     top["algo"] = to_dataclass(spec.config, algo, "algo")
     top["runner"] = to_dataclass(RunnerConfig, runner, "runner")
     cfg = to_dataclass(TrainConfig, top)
+    if cfg.overwrite:  # the top-level spelling of runner.overwrite
+        cfg.runner.overwrite = True
     _check_ranges(cfg)
     if spec.offline:
         if not cfg.dataset:
