@@ -8,6 +8,7 @@ fields and the closest match, and checks each value against the field's annotati
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,13 +110,16 @@ class CollectConfig:
     """Task config overrides (nested mappings become ``a__b``)."""
 
     def __post_init__(self) -> None:
-        """Reject counts and noise that cannot work."""
-        if self.episodes < 1 or self.num_envs < 1 or self.ref_episodes < 1:
-            raise ConfigError(
-                f"episodes, num_envs and ref_episodes must be >= 1, got {self.episodes}, {self.num_envs}, {self.ref_episodes}"
-            )
-        if self.noise < 0:
-            raise ConfigError(f"noise: expected >= 0, got {self.noise}")
+        """Reject counts and noise that cannot work, one field at a time (also when built in code,
+        where no type check ran: a boolean is not a count). The command checks the rest
+        (``robolearn.cli.collect.validate_collect_config``).
+        """
+        for name in ("episodes", "num_envs", "ref_episodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}: expected an integer >= 1, got {value!r}")
+        if isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) or not 0.0 <= self.noise < math.inf:
+            raise ConfigError(f"noise: expected a finite number >= 0 (a fraction of the half action range), got {self.noise!r}")
 
 
 RECIPE_DATASETS: tuple[str, ...] = ("random", "medium", "medium-replay", "expert", "medium-expert")

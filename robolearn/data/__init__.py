@@ -1,5 +1,8 @@
 """Data: on-policy rollout storage, the device replay buffer and offline datasets (issue 6).
 
+Samplers (:mod:`robolearn.data.sampler`) say where a learner's batches come from: its replay, a
+dataset, or a mix of them at fixed ratios.
+
 Offline datasets are one type, :class:`Dataset`, produced by every reader (robolearn HDF5 via
 :meth:`Dataset.load`, D4RL HDF5 via :func:`read_d4rl`, local Minari datasets via
 :func:`read_minari`) and validated by all of them; :meth:`Dataset.save` and
@@ -18,6 +21,7 @@ from robolearn.data.formats import (
 from robolearn.data.minari_io import export_minari, minari_root, read_minari
 from robolearn.data.replay import ReplayBuffer
 from robolearn.data.rollout import RolloutBatch, RolloutStorage
+from robolearn.data.sampler import DatasetSampler, MixedSampler, ReplaySampler, Sampler
 from robolearn.data.scores import D4RL_REF_RETURNS, d4rl_reference_returns, normalized_score
 from robolearn.data.validation import DatasetError
 
@@ -28,9 +32,13 @@ __all__ = [
     "DatasetError",
     "DatasetFileInfo",
     "DatasetMetadata",
+    "DatasetSampler",
+    "MixedSampler",
     "ReplayBuffer",
+    "ReplaySampler",
     "RolloutBatch",
     "RolloutStorage",
+    "Sampler",
     "WindowBatch",
     "d4rl_reference_returns",
     "export_minari",
