@@ -79,3 +79,24 @@ def test_an_unreadable_config_json_names_the_file(tmp_path, text):
         saved_config(tmp_path)
     with pytest.raises(FileNotFoundError, match="robolearn run directory"):
         saved_config(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("cls", "field", "value", "match"),
+    [
+        ("EvalConfig", "episodes", True, "episodes: expected an integer >= 1, got True"),
+        ("EvalConfig", "num_envs", 0, "num_envs: expected an integer >= 1, got 0"),
+        ("EvalConfig", "video_steps", 2.5, "video_steps: expected an integer >= 1"),
+        ("EvalConfig", "seed", -1, "seed: expected an integer >= 0"),
+        ("RecipeConfig", "num_envs", True, "num_envs: expected an integer >= 1, got True"),
+        ("RecipeConfig", "expert_noise", float("nan"), "expert_noise: expected a finite number >= 0"),
+        ("CollectConfig", "episodes", True, "episodes: expected an integer >= 1, got True"),
+        ("CollectConfig", "noise", float("inf"), "noise: expected a finite number >= 0"),
+    ],
+)
+def test_command_configs_check_each_number_when_built_in_code(cls, field, value, match):
+    import robolearn.cli.config as config
+
+    kwargs = {"run": "r"} if cls == "EvalConfig" else {}
+    with pytest.raises(ConfigError, match=match):
+        getattr(config, cls)(**kwargs, **{field: value})

@@ -282,8 +282,6 @@ def train_offline(cfg: TrainConfig) -> dict[str, Any]:
 def eval_command(overrides: list[str]) -> int:
     """Roll out a run's latest checkpoint deterministically; print a table of returns."""
     cfg = to_dataclass(EvalConfig, _with_run(compose_config("eval", overrides)))
-    if cfg.episodes < 1 or cfg.num_envs < 1:
-        raise ConfigError(f"episodes and num_envs must be >= 1, got {cfg.episodes} and {cfg.num_envs}")
     policy = load_policy(cfg.run, device=cfg.device)
     env = build_env(policy.cfg, cfg.num_envs, cfg.seed, device=cfg.device)
     try:

@@ -52,6 +52,13 @@ class EvalConfig:
     video_steps: int = 500
     """Most frames of the video."""
 
+    def __post_init__(self) -> None:
+        """Reject counts that cannot work, naming the field (a boolean is not a count)."""
+        for name, least in (("episodes", 1), ("num_envs", 1), ("video_steps", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{name}: expected an integer >= {least}, got {value!r}")
+
 
 EXPORT_FORMATS = ("onnx", "torchscript", "all")
 """Values of ``format=``."""
@@ -160,9 +167,13 @@ class RecipeConfig:
             raise ConfigError(f"datasets: unknown {bad}; valid choices: {', '.join(RECIPE_DATASETS)}")
         if self.algo != "sac":
             raise ConfigError(f"algo: the recipe needs an off-policy learner with a replay buffer; valid choices: sac, got {self.algo!r}")
-        for key in ("expert_env_steps", "medium_env_steps", "transitions", "num_envs"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"{key}: expected an integer >= 1, got {getattr(self, key)}")
+        for key, least in (("expert_env_steps", 1), ("medium_env_steps", 1), ("transitions", 1), ("num_envs", 1), ("seed", 0)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{key}: expected an integer >= {least}, got {value!r}")
+        noise = self.expert_noise
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 <= noise < math.inf:
+            raise ConfigError(f"expert_noise: expected a finite number >= 0, got {noise!r}")
 
 
 INTEGRATORS: dict[str, int] = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
