@@ -404,7 +404,14 @@ def test_cql_losses_reach_only_their_parameters(critic_type):
     )  # fmt: skip
     assert set(k for k in c_out if k.startswith("loss_")) == {"loss_critic"}
     assert c_out["cql_gap"].shape == (2,) and not c_out["cql_gap"].requires_grad
-    assert 0.0 <= float(c_out["bound_rate"]) <= 1.0
+    # bound_rate: the fraction of policy-action Q-values at s (critic before the step) below mc_return.
+    with torch.no_grad():
+        obs_rep = batch.obs["policy"].unsqueeze(1).expand(-1, 3, -1).reshape(-1, OBS)
+        q_cur = critic(obs_rep, samples.current.reshape(-1, ACT))
+        q_cur = (q_cur if hl is None else hl.value(q_cur)).reshape(2, B, 3)
+    expected_rate = (q_cur < batch.extras["mc_return"].reshape(1, B, 1)).float().mean()
+    assert 0.0 < float(expected_rate) < 1.0  # some lifted, some not: the count is informative
+    torch.testing.assert_close(c_out["bound_rate"], expected_rate)
     # The agent passes the Lagrange weight detached; here it is attached to show only it would leak.
     c_out["loss_critic"].backward()
     assert _all_grad(critic) and _no_grad(actor, target) and log_alpha.grad is None

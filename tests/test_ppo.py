@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import math
-import time
 
 import pytest
 import torch
@@ -329,9 +328,7 @@ def _train_cartpole(iterations: int, seed: int = 0) -> tuple[float, float]:
 def test_ppo_learns_cartpole_balance():
     # 100 updates of 32 x 32 steps (~100k samples), ~15 s on one CPU thread. The untrained policy
     # (mean ~0) scores ~0.74 per step; a balancing one ~0.99.
-    start = time.perf_counter()
     before, after = _train_cartpole(iterations=100)
-    assert time.perf_counter() - start < 120
     assert after > before + 0.15 and after > 0.9, (before, after)
 
 
