@@ -7,7 +7,6 @@ neither the simulator nor the task registry: what a deploy runtime on a robot st
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -20,7 +19,7 @@ from torch import nn
 from robolearn.algos import registry
 from robolearn.runners.checkpoint import CheckpointManager
 from robolearn.runners.train_config import TrainConfig, read_train_config
-from robolearn.utils.config import ConfigError
+from robolearn.utils.config import ConfigError, read_json_object
 
 
 class LoadedPolicy:
@@ -53,16 +52,7 @@ def read_policy_spec(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         FileNotFoundError: the run has none.
         ConfigError: it is not a JSON object (the file is named).
     """
-    path = Path(run_dir) / "policy_spec.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: the run's observation and action layout is unknown")
-    try:
-        spec = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {type(spec).__name__}")
-    return spec
+    return read_json_object(Path(run_dir) / "policy_spec.json", "the run's observation and action layout is unknown")
 
 
 def agent_spaces(spec: Mapping[str, Any], where: str = "policy_spec.json") -> dict[str, Any]:

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from robolearn.utils.config import ConfigError, read_json_object
+
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
@@ -133,14 +135,9 @@ def check_resume_spec(run_dir: Path, spec: Mapping[str, Any] | None) -> None:
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """A JSON object from ``path``; any failure is a :class:`RunDirError` naming the file."""
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RunDirError(f"{what}: {path} does not exist: is {path.parent} a robolearn run directory?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunDirError(f"{what}: {path} cannot be read as JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise RunDirError(f"{what}: {path}: expected a JSON object, got {type(data).__name__}")
-    return data
+        return read_json_object(path, f"is {path.parent} a robolearn run directory?")
+    except (FileNotFoundError, ConfigError) as exc:
+        raise RunDirError(f"{what}: {exc}") from None
 
 
 def _plain(value: Any) -> Any:

@@ -10,7 +10,6 @@ of the run itself are checked for range and for use — an option the chosen alg
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Any
 
 from robolearn.algos import registry
 from robolearn.runners.base import RunnerConfig
-from robolearn.utils.config import ConfigError, lists, to_dataclass
+from robolearn.utils.config import ConfigError, lists, read_json_object, to_dataclass
 
 INJECTED: dict[str, dict[str, str]] = {
     "algo": {"seed": "seed"},
@@ -175,15 +174,7 @@ def saved_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         FileNotFoundError: ``run_dir`` holds no ``config.json``.
         ConfigError: the file is not a JSON object (the file is named).
     """
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a robolearn run directory?")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object of training settings, got {type(data).__name__}")
+    data = read_json_object(Path(run_dir) / "config.json", f"is {run_dir} a robolearn run directory?")
     algo = data.get("algo")
     name = algo.get("name", "ppo") if isinstance(algo, Mapping) else None
     if name in registry.ALGORITHMS and not registry.get(name).offline:

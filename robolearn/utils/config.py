@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import os
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -113,6 +116,25 @@ def _name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
+def read_json_object(path: str | os.PathLike[str], missing_hint: str = "") -> dict[str, Any]:
+    """The JSON object stored at ``path``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (the message adds ``missing_hint``).
+        ConfigError: it cannot be read, is not JSON, or is JSON but not an object (the file is named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist{': ' + missing_hint if missing_hint else ''}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def lists(value: Any) -> Any:
     """Tuples as lists, recursively (JSON and OmegaConf both speak lists)."""
     if isinstance(value, Mapping):
@@ -122,4 +144,4 @@ def lists(value: Any) -> Any:
     return value
 
 
-__all__ = ["ConfigError", "lists", "to_dataclass"]
+__all__ = ["ConfigError", "lists", "read_json_object", "to_dataclass"]
