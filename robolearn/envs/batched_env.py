@@ -229,7 +229,7 @@ class BatchedEnv:
             "commands": {k: v.clone() for k, v in cm.values.items()},
             "command_timers": {k: v.clone() for k, v in cm.timers.items()},
             "event_timers": {k: v.clone() for k, v in em.timers.items()},
-            "history": {k: v.clone() for k, v in om._history.items()},
+            "history": om.history_state(),
             "obs": {k: v.clone() for k, v in self.obs.items()},
             "num_diverged": self.num_diverged,
             # Only with latency/actuator models, so plain checkpoints keep their layout.
@@ -259,7 +259,7 @@ class BatchedEnv:
             self.command_manager.timers[k].copy_(v)
         for k, v in state["event_timers"].items():
             self.event_manager.timers[k].copy_(v)
-        self.observation_manager._history = {k: v.to(self.device, copy=True) for k, v in state["history"].items()}
+        self.observation_manager.load_history_state(state["history"])
         self._obs = {k: v.to(self.device, copy=True) for k, v in state["obs"].items()}
         self.num_diverged = int(state["num_diverged"])
         saved = state.get("models", {})

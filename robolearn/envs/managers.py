@@ -25,8 +25,11 @@ from robolearn.envs.cfg import (
     RewardTerm,
     TerminationTerm,
 )
+from robolearn.envs.spec import obs_group_spec
 from robolearn.envs.sync import host_nonzero
 from robolearn.sim.names import names_of
+from robolearn.spec import ObsGroupSpec
+from robolearn.spec.processors import ActionProcessor, ObservationProcessor
 from robolearn.types import DEPLOYABLE_GROUPS, OBS_GROUPS
 
 if TYPE_CHECKING:
@@ -61,14 +64,36 @@ class _Actuated:
     state: ActuatorState | None = None
 
 
-@dataclass
-class _ObsSlot:
-    """One term of one group, with its hooks resolved to tensors once."""
+class _StepDraws:
+    """The env's per-step streams as a processor's random source (every world, every step)."""
 
-    name: str
-    term: ObsTerm
-    dim: int
-    scale: torch.Tensor | None
+    def __init__(self, env: BatchedEnv) -> None:
+        self.env = env
+
+    def uniform(self, name: str, size: int) -> torch.Tensor:
+        """The current step's uniforms of stream ``name``."""
+        return self.env.draw_step_uniform(name, size)
+
+    def normal(self, name: str, size: int) -> torch.Tensor:
+        """The current step's normals of stream ``name``."""
+        return self.env.draw_step_normal(name, size)
+
+
+class _RowDraws:
+    """The per-world counter streams of worlds ``ids`` as a random source (worlds just reset: their
+    draws come from their own counters, so each world's stream is independent of the others).
+    """
+
+    def __init__(self, env: BatchedEnv, ids: torch.Tensor) -> None:
+        self.env, self.ids = env, ids
+
+    def uniform(self, name: str, size: int) -> torch.Tensor:
+        """Uniforms of those worlds (the stream name is implied by the counters)."""
+        return self.env.draw_uniform(self.ids, size)
+
+    def normal(self, name: str, size: int) -> torch.Tensor:
+        """Normals of those worlds."""
+        return self.env.draw_normal(self.ids, size, 1.0)
 
 
 def is_privileged(term: ObsTerm) -> bool:
@@ -137,14 +162,15 @@ class ObservationManager:
                     )
                 self.delays[gname] = group.delay.build(env, gname)
                 self.delays[gname].reset(env.all_ids)
-        self._slots: dict[str, list[_ObsSlot]] = {}
-        self._flat: dict[str, bool] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
-        self._history: dict[str, torch.Tensor] = {}
+        self.specs: dict[str, ObsGroupSpec] = {}
+        """Each group's spec (terms, widths, noise, clip, scale, history, delay), as the policy spec has it."""
+        self.processors: dict[str, ObservationProcessor] = {}
+        """Each group's processing (``robolearn.spec.processors``), built from its spec."""
         for gname, group in groups.items():
             if not group.terms:
                 raise ValueError(f"observations.{gname}: a group needs at least one term")
-            slots = []
+            dims, privileged = [], []
             shape: tuple[int, ...] = ()
             for tname, term in group.terms.items():
                 where = f"observations.{gname}.{tname}"
@@ -152,104 +178,61 @@ class ObservationManager:
                 if not isinstance(value, torch.Tensor) or value.ndim == 0 or value.shape[0] != env.num_envs:
                     got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                     raise ValueError(f"{where}: expected a tensor [num_envs={env.num_envs}, ...], got {got}")
-                dim = int(value[0].numel())
-                scale = None if term.scale is None else _vector(term.scale, dim, f"{where}.scale", env.device)
                 if term.noise is not None and term.noise.kind not in ("uniform", "gaussian"):
                     raise ValueError(f"{where}.noise.kind: expected 'uniform' or 'gaussian', got {term.noise.kind!r}")
-                slots.append(_ObsSlot(tname, term, dim, scale))
+                dims.append(int(value[0].numel()))
+                privileged.append(is_privileged(term))
                 shape = tuple(value.shape[1:])
-            self._slots[gname] = slots
-            self._flat[gname] = len(slots) > 1 or len(shape) <= 1
-            if not self._flat[gname] and group.history_length > 1:
+            flat = len(dims) > 1 or len(shape) <= 1
+            if not flat and group.history_length > 1:
                 raise ValueError(f"observations.{gname}.history_length: stacking is for flat groups only")
-            frame = sum(sl.dim for sl in slots) if self._flat[gname] else shape
-            if self._flat[gname]:
-                self.shapes[gname] = (frame * max(1, group.history_length),)
-            else:
-                self.shapes[gname] = tuple(frame)
+            self.shapes[gname] = (sum(dims) * max(1, group.history_length),) if flat else shape
+            self.specs[gname] = obs_group_spec(gname, group, dims, self.shapes[gname], privileged)
+            self.processors[gname] = ObservationProcessor(
+                gname, self.specs[gname], dtype=env.dtype, device=env.device, delay=self.delays.get(gname)
+            )
         self.dims = {g: int(torch.Size(s).numel()) for g, s in self.shapes.items()}
+        self._step_draws = _StepDraws(env)
 
     def term_dims(self, group: str) -> dict[str, int]:
         """Width of each term of ``group``, in concatenation order."""
-        return {sl.name: sl.dim for sl in self._slots[group]}
+        return {t.name: t.dim for t in self.specs[group].terms}
 
     def compute(self, env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """All groups at the current state, in the env's observation dtype.
 
-        With ``env_ids`` (worlds just reset) only those rows are returned: noise is drawn for
-        those worlds only, so each world's random stream is independent of the others, and their
-        history windows restart filled with the new frame.
+        Each group's raw term values go through its :class:`~robolearn.spec.processors.
+        ObservationProcessor` (noise, clip, scale, delay, history). With ``env_ids`` (worlds just
+        reset) only those rows are returned: noise is drawn for those worlds only, from their own
+        counters, so each world's random stream is independent of the others, and their history
+        windows and delay buffers restart filled with the new frame.
         """
         env = self.env
+        rows = _RowDraws(env, env_ids) if env_ids is not None else self._step_draws
         out: dict[str, torch.Tensor] = {}
         for gname, group in self.groups.items():
-            parts = []
-            noise = self._draw_group_noise(gname, env_ids) if group.enable_noise else {}
-            for sl in self._slots[gname]:
-                term = sl.term
+            values = []
+            for term in group.terms.values():
                 value = term.func(env, **term.params)
-                if self._flat[gname] and value.ndim != 2:
-                    value = value.reshape(value.shape[0], -1)
-                if env_ids is not None:
-                    value = value[env_ids]
-                if sl.name in noise:
-                    value = value + noise[sl.name].reshape(value.shape)
-                if term.clip is not None:
-                    value = value.clamp(term.clip[0], term.clip[1])
-                if sl.scale is not None:
-                    value = value * sl.scale.reshape(value.shape[1:]) if not self._flat[gname] else value * sl.scale
-                parts.append(value)
-            # torch.cat copies even a single part: an observation never aliases live physics state.
-            frame = torch.cat(parts, dim=1).to(env.dtype) if self._flat[gname] else parts[0].to(env.dtype, copy=True)
-            if group.delay is not None:
-                # Before the history: a robot stacks the frames as they reached it.
-                frame = self.delays[gname](frame, env_ids)
-            if group.history_length > 1:
-                frame = self._push_history(gname, frame, group.history_length, env_ids)
-            out[gname] = frame
+                values.append(value if env_ids is None else value[env_ids])
+            proc = self.processors[gname]
+            out[gname] = proc(values, rows if group.enable_noise else None, env_ids)
         return out
 
-    def _draw_group_noise(self, gname: str, env_ids: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """Every noisy term's noise of group ``gname``, from one draw per noise kind (one call to the
-        random streams instead of one per term: the streams' per-call cost dominates at small N).
-        """
-        noisy = [sl for sl in self._slots[gname] if sl.term.noise is not None and sl.term.noise.scale > 0]
-        if not noisy:
-            return {}
-        env = self.env
-        out: dict[str, torch.Tensor] = {}
-        for kind in dict.fromkeys(sl.term.noise.kind for sl in noisy):  # type: ignore[union-attr]
-            slots = [sl for sl in noisy if sl.term.noise.kind == kind]  # type: ignore[union-attr]
-            size = sum(sl.dim for sl in slots)
-            if env_ids is not None:  # rows of worlds just reset: from their own counters
-                unit = env.draw_noise(env_ids, kind, 1.0, size)
-            elif kind == "gaussian":  # every world, every step: the per-step stream
-                unit = env.draw_step_normal(f"noise/{gname}", size)
-            else:
-                unit = torch.add(-1.0, env.draw_step_uniform(f"noise/{gname}", size), alpha=2.0)
-            start = 0
-            for sl in slots:
-                out[sl.name] = unit[:, start : start + sl.dim] * sl.term.noise.scale  # type: ignore[union-attr]
-                start += sl.dim
-        return out
+    def history_state(self) -> dict[str, torch.Tensor]:
+        """The history window of each stacked group (copies), for checkpoints."""
+        return {
+            g: p.history.window.clone()
+            for g, p in self.processors.items()
+            if p.history is not None and p.history.window is not None
+        }
 
-    def _push_history(
-        self, gname: str, frame: torch.Tensor, length: int, env_ids: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Append ``frame`` to the group's window (or restart the windows of ``env_ids``)."""
-        hist = self._history.get(gname)
-        if hist is None:
-            hist = frame.unsqueeze(1).repeat(1, length, 1)
-            self._history[gname] = hist
-            return hist.flatten(1)
-        if env_ids is not None:
-            fresh = frame.unsqueeze(1).expand(-1, length, -1)
-            hist[env_ids] = fresh
-            return fresh.flatten(1)
-        hist = torch.cat([hist[:, 1:], frame.unsqueeze(1)], dim=1)
-        self._history[gname] = hist
-        return hist.flatten(1)
-
+    def load_history_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`history_state` (onto the env's device)."""
+        for g, p in self.processors.items():
+            if p.history is not None:
+                window = state.get(g)
+                p.history.window = None if window is None else window.to(self.env.device, copy=True)
 
 class ActionManager:
     """Maps the ``[N, A]`` action to MuJoCo controls ``[N, nu]`` (scale, offset, clip)."""
@@ -292,8 +275,8 @@ class ActionManager:
         self.scale = torch.cat(scales).to(self.device)
         self.offset = torch.cat(offsets).to(self.device)
         self.low, self.high = torch.cat(lows).to(self.device), torch.cat(highs).to(self.device)
-        self.trivial_scale = bool((self.scale == 1).all() and (self.offset == 0).all())
-        self.clipped = bool(torch.isfinite(self.low).any() or torch.isfinite(self.high).any())
+        # Clip, scale and offset: the processor a deploy runtime builds from the same spec.
+        self.processor = ActionProcessor(self.scale, self.offset, self.low, self.high)
         self._ctrl: torch.Tensor | None = None
         self.actuated = [
             _actuated(model, name, term, self.device) for name, term in terms.items() if term.actuator is not None
@@ -330,11 +313,7 @@ class ActionManager:
 
     def process(self, action: torch.Tensor) -> torch.Tensor:
         """Controls ``[N, nu]`` float64 from actions ``[N, A]``."""
-        a = action.to(torch.float64)
-        if self.clipped:
-            a = torch.maximum(torch.minimum(a, self.high), self.low)
-        if not self.trivial_scale:
-            a = torch.addcmul(self.offset, a, self.scale)
+        a = self.processor(action)
         if self.identity:
             return a
         if self._ctrl is None or self._ctrl.shape[0] != a.shape[0]:

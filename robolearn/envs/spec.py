@@ -1,117 +1,176 @@
-"""The policy spec: what each observation and action number means, captured from a live env.
+"""Reading a live env into the typed policy spec (:class:`robolearn.spec.PolicySpec`).
 
-Runners write it to ``policy_spec.json`` at training time; the exporter turns it into the
-manifest the deploy runtime enforces (DESIGN.md, "Exported policy"). It is plain JSON data.
+The spec's dataclasses, its JSON layout, validation and versions live in ``robolearn.spec``
+(importable without the simulator); this module only fills them in from a ``BatchedEnv`` and the
+task config's terms. Runners write the result to ``policy_spec.json``; the exporter carries it
+into the manifest the deploy runtime enforces (DESIGN.md, "Exported policy").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import mujoco
-import numpy as np
 
+from robolearn.envs.cfg import ObsGroup, ObsTerm
+from robolearn.spec import (
+    SPEC_VERSION,
+    ActionTermSpec,
+    DelaySpec,
+    ModelSpec,
+    NoiseSpec,
+    ObsGroupSpec,
+    ObsTermSpec,
+    PolicySpec,
+)
+from robolearn.spec.processors import Delay, uniform_int
 from robolearn.utils.version import VERSION
 
 if TYPE_CHECKING:
+    import torch
+
     from robolearn.envs.batched_env import BatchedEnv
 
-SPEC_VERSION = 1
-"""Bumped when the layout below changes incompatibly."""
+
+def _floats(value: Any) -> float | tuple[float, ...] | None:
+    """A number or a sequence of numbers as float(s); ``None`` stays."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return tuple(float(v) for v in value)
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    """A ``(low, high)`` clip as floats; ``None`` stays."""
+    return None if value is None else (float(value[0]), float(value[1]))
 
 
 def _jsonable(value: Any) -> Any:
-    """Numbers, tuples and arrays as JSON values (inf becomes a string, which JSON lacks)."""
-    if value is None or isinstance(value, (str, bool)):
-        return value
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0:
-        v = float(arr)
-        return v if np.isfinite(v) else ("inf" if v > 0 else "-inf")
-    return [_jsonable(v) for v in arr.tolist()]
+    """A model field as a JSON value (tuples as lists, infinities as strings)."""
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
 
 
-def _model(model: Any) -> dict[str, Any] | None:
-    """A latency or actuator model (a dataclass) as ``{"type": name, <fields>}``; ``None`` stays."""
+def model_spec(model: Any) -> ModelSpec | None:
+    """A latency or actuator model (a dataclass) as its class name and fields; ``None`` stays."""
     if model is None:
         return None
     fields = dataclasses.asdict(model) if dataclasses.is_dataclass(model) else dict(vars(model))
-    return {"type": type(model).__name__, **{k: _jsonable(v) for k, v in fields.items()}}
+    return ModelSpec(type(model).__name__, {k: _jsonable(v) for k, v in fields.items()})
 
 
-def policy_spec(env: BatchedEnv) -> dict[str, Any]:
-    """The JSON-ready spec of ``env``: observation groups and terms in order, actions, rates, joints."""
+def delay_spec(model: Any, where: str) -> DelaySpec | None:
+    """An observation delay model as a :class:`DelaySpec` (its ``lag_range``, ``jitter``, ``hold_prob``)."""
+    if model is None:
+        return None
+    try:
+        lo, hi = model.lag_range
+        return DelaySpec(type(model).__name__, (int(lo), int(hi)), bool(getattr(model, "jitter", False)),
+                         float(getattr(model, "hold_prob", 0.0)))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: the policy spec records a delay by lag_range (low, high), jitter and "
+                         f"hold_prob; {model!r} has none ({exc})") from None
+
+
+def _source(term: ObsTerm) -> str:
+    """The term function's qualified name (what a deploy runtime maps to a robot reading)."""
+    func = term.func
+    return f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', type(func).__name__)}".lstrip(".")
+
+
+def obs_group_spec(
+    name: str, group: ObsGroup, dims: Sequence[int], shape: Sequence[int], privileged: Sequence[bool]
+) -> ObsGroupSpec:
+    """The spec of group ``name`` of a task config, given each term's width and privileged flag
+    (in order) and the group's observation shape, as the observation manager probed them.
+    """
+    terms, start = [], 0
+    for (tname, term), dim, priv in zip(group.terms.items(), dims, privileged, strict=True):
+        noise = None
+        if term.noise is not None and group.enable_noise:
+            noise = NoiseSpec(term.noise.kind, float(term.noise.scale))
+        terms.append(ObsTermSpec(
+            name=tname, start=start, dim=int(dim), unit=term.unit, scale=_floats(term.scale), clip=_pair(term.clip),
+            noise=noise, source=_source(term), privileged=bool(priv),
+        ))
+        start += int(dim)
+    return ObsGroupSpec(
+        shape=tuple(int(s) for s in shape),
+        frame_dim=start,
+        terms=tuple(terms),
+        history_length=int(group.history_length),
+        delay=delay_spec(group.delay, f"observations.{name}.delay"),
+    )
+
+
+def _column(t: torch.Tensor) -> tuple[float, ...]:
+    """A small build-time tensor as floats (read on the host: the spec is written once per run)."""
+    return tuple(float(v) for v in t.cpu().tolist())
+
+
+def read_policy_spec(env: BatchedEnv) -> PolicySpec:
+    """The typed spec of ``env``: observation groups and terms in order, actions, rates, joints."""
     model = env.model
     om, am = env.observation_manager, env.action_manager
-    groups: dict[str, Any] = {}
-    for gname, group in om.groups.items():
-        terms, start = [], 0
-        for name, dim in om.term_dims(gname).items():
-            term = group.terms[name]
-            terms.append(
-                {
-                    "name": name,
-                    "start": start,
-                    "dim": dim,
-                    "unit": term.unit,
-                    "scale": _jsonable(term.scale),
-                    "clip": _jsonable(term.clip),
-                    "noise": None
-                    if term.noise is None or not group.enable_noise
-                    else {"kind": term.noise.kind, "scale": term.noise.scale},
-                }
-            )
-            start += dim
-        groups[gname] = {
-            "shape": list(om.shapes[gname]),
-            "history_length": group.history_length,
-            "frame_dim": start,
-            "terms": terms,
-            # What the policy was trained to tolerate: the deploy runtime can compare its latency.
-            "delay": _model(group.delay),
-        }
     actions = []
     for name, term in am.terms.items():
         sl = am.term_slices[name]
         ids = am.index[sl].tolist()
         joints = []
         for i in ids:
-            trn = model.actuator_trnid[i, 0]
             is_joint = model.actuator_trntype[i] == mujoco.mjtTrn.mjTRN_JOINT
-            joints.append(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, trn) if is_joint else None)
-        actions.append(
-            {
-                "name": name,
-                "kind": term.kind,
-                "start": sl.start,
-                "dim": sl.stop - sl.start,
-                "actuators": [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) for i in ids],
-                "joints": joints,
-                "scale": _jsonable(am.scale[sl].numpy()),
-                "offset": _jsonable(am.offset[sl].numpy()),
-                "clip": _jsonable(term.clip),
-                "low": _jsonable(env.ctrl_low[sl].numpy()),
-                "high": _jsonable(env.ctrl_high[sl].numpy()),
-                "kp": _jsonable(term.kp),
-                "kd": _jsonable(term.kd),
-                "actuator": _model(term.actuator),
-            }
-        )
-    return {
-        "spec_version": SPEC_VERSION,
-        "robolearn_version": VERSION,
-        "task_id": env.task_id,
-        "control_rate_hz": 1.0 / env.dt,
-        "dt": env.dt,
-        "physics_dt": env.physics_dt,
-        "decimation": env.cfg.decimation,
-        "episode_length": env.max_episode_length,
-        "observations": groups,
-        "action_dim": env.action_dim,
-        "actions": actions,
-        "joint_order": [j for a in actions for j in a["joints"]],
-        "action_delay": _model(env.cfg.action_delay),
-        "control_jitter": _model(env.cfg.control_jitter),
-        "qpos_joints": [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(model.njnt)],
-    }
+            joints.append(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, model.actuator_trnid[i, 0]) if is_joint else None)
+        # MuJoCo's own names (None when unnamed), as the spec has recorded them since version 1.
+        actions.append(ActionTermSpec(
+            name=name,
+            kind=term.kind,
+            start=sl.start,
+            dim=sl.stop - sl.start,
+            actuators=tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) for i in ids),
+            joints=tuple(joints),
+            scale=_column(am.scale[sl]),
+            offset=_column(am.offset[sl]),
+            clip=_pair(term.clip),
+            low=_column(env.ctrl_low[sl]),
+            high=_column(env.ctrl_high[sl]),
+            kp=_floats(term.kp),
+            kd=_floats(term.kd),
+            actuator=model_spec(term.actuator),
+        ))
+    spec = PolicySpec(
+        spec_version=SPEC_VERSION,
+        robolearn_version=VERSION,
+        task_id=env.task_id,
+        control_rate_hz=1.0 / env.dt,
+        dt=env.dt,
+        physics_dt=env.physics_dt,
+        decimation=env.cfg.decimation,
+        episode_length=env.max_episode_length,
+        observations=dict(om.specs),
+        action_dim=env.action_dim,
+        actions=tuple(actions),
+        joint_order=tuple(j for a in actions for j in a.joints),
+        action_delay=model_spec(env.cfg.action_delay),
+        control_jitter=model_spec(env.cfg.control_jitter),
+        qpos_joints=tuple(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(model.njnt)),
+        dtype=str(env.dtype).removeprefix("torch."),
+    )
+    spec.validate(f"policy spec of task {env.task_id!r}")
+    return spec
+
+
+def policy_spec(env: BatchedEnv) -> dict[str, Any]:
+    """:func:`read_policy_spec` as the JSON-ready mapping written to ``policy_spec.json``."""
+    return read_policy_spec(env).to_dict()
+
+
+# Re-exported for robolearn.sim2real.randomization (its latency models build these processors):
+# its layer reaches robolearn.spec through robolearn.envs.
+__all__ = ["Delay", "delay_spec", "model_spec", "obs_group_spec", "policy_spec", "read_policy_spec", "uniform_int"]

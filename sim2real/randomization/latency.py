@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from robolearn.envs.spec import Delay, uniform_int
 from robolearn.envs.sync import host_any, host_nonzero
 
 if TYPE_CHECKING:
@@ -72,10 +73,8 @@ def draw_int(env: BatchedEnv, env_ids: torch.Tensor, low: int, high: int) -> tor
     return scale_int(env.draw_uniform(env_ids, 1)[:, 0], low, high)
 
 
-def scale_int(u: torch.Tensor, low: int, high: int) -> torch.Tensor:
-    """Uniform draws ``u`` in ``[0, 1)`` (float64) mapped to integers in ``[low, high]`` (int64)."""
-    # u < 1 keeps the truncation at most high; the clamp only guards rounding at the top.
-    return torch.add(low, u, alpha=high - low + 1).to(torch.long).clamp_(max=high)
+scale_int = uniform_int
+"""Uniform draws ``u`` in ``[0, 1)`` mapped to integers in ``[low, high]`` (the processors' mapping)."""
 
 
 def _record_all(env: BatchedEnv, name: str, values: torch.Tensor) -> None:
@@ -112,47 +111,48 @@ class ObservationDelay:
 
 
 class ObservationDelayState:
-    """Per-env state of :class:`ObservationDelay`: the ring buffer of measured frames, the lags, and
-    (with jitter or holds) the delivered frame and its age.
+    """Per-env state of :class:`ObservationDelay`: the env's side of a :class:`robolearn.spec.
+    processors.Delay` (which holds the ring buffer of measured frames, the lags and, with jitter or
+    holds, the delivered frame and its age). This side draws from the env's per-world streams,
+    records the draws in ``env.drawn``, and restarts worlds that reset.
     """
 
     def __init__(self, env: BatchedEnv, group: str, low: int, high: int, jitter: bool, hold_prob: float) -> None:
         """Allocate the per-world lags; the frame buffer is allocated on the first frame."""
         self.env = env
-        self.low, self.high = low, high
-        self.jitter, self.hold_prob = jitter, hold_prob
+        self.delay = Delay(low, high, jitter=jitter, hold_prob=hold_prob, batch=env.num_envs, device=env.device)
+        """The processor: buffers, lags and ages of every world."""
         self.lag_key = f"obs_delay/{group}"
         self.age_key = f"obs_age/{group}"
-        # Without jitter or holds the delivered frame is always the lagged one: no held copy needed.
-        self.tracks_age = jitter or hold_prob > 0.0
-        self.depth = high + 1
-        n, device = env.num_envs, env.device
         self.rows = env.all_ids
-        self.lag = torch.full((n,), low, dtype=torch.long, device=device)
-        self.age = torch.zeros(n, dtype=torch.long, device=device)
-        self.pending = torch.ones(n, dtype=torch.bool, device=device)
+        self.pending = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
         self.any_pending = True
-        self.head = 0
-        self.buffer: torch.Tensor | None = None
-        self.held: torch.Tensor | None = None
+
+    @property
+    def lag(self) -> torch.Tensor:
+        """Each world's current lag (int64 ``[N]``)."""
+        return self.delay.lag
+
+    @property
+    def age(self) -> torch.Tensor:
+        """Age in steps of each world's delivered frame (int64 ``[N]``)."""
+        return self.delay.age
 
     def reset(self, env_ids: torch.Tensor) -> None:
         """Redraw the lags of ``env_ids``; their buffers refill with their next (fresh) frame."""
-        self.lag[env_ids] = draw_int(self.env, env_ids, self.low, self.high)
-        self.env.record_drawn(self.lag_key, env_ids, self.lag[env_ids])
-        self.age[env_ids] = 0
-        if self.tracks_age:
-            self.env.record_drawn(self.age_key, env_ids, self.age[env_ids])
+        d = self.delay
+        # A fixed lag draws nothing: it must not shift the streams other draws use.
+        u = None if d.low == d.high else self.env.draw_uniform(env_ids, 1)[:, 0]
+        self.env.record_drawn(self.lag_key, env_ids, d.draw_lags(env_ids, u))
+        d.age[env_ids] = 0
+        if d.tracks_age:
+            self.env.record_drawn(self.age_key, env_ids, d.age[env_ids])
         self.pending[env_ids] = True
         self.any_pending = True
 
     def __call__(self, frame: torch.Tensor, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The delivered frame (module doc); ``env_ids``: only those worlds' rows, which restart."""
-        if self.buffer is None:
-            shape = (self.env.num_envs, self.depth, *frame.shape[1:])
-            self.buffer = torch.zeros(shape, dtype=frame.dtype, device=frame.device)
-            if self.tracks_age:
-                self.held = torch.zeros((shape[0], *shape[2:]), dtype=frame.dtype, device=frame.device)
+        d = self.delay
         if env_ids is not None:
             self._fill(env_ids, frame)
             return frame
@@ -161,24 +161,14 @@ class ObservationDelayState:
             # either, so both paths leave the streams in the same place.
             self._fill(self.rows, frame)
             return frame
-        self.head = (self.head + 1) % self.depth
-        self.buffer[:, self.head] = frame
-        u = self._draw_step()
-        if self.jitter and self.low != self.high:
-            self.lag = scale_int(u[:, 0], self.low, self.high)  # type: ignore[index]
-            _record_all(self.env, self.lag_key, self.lag)
-        lagged = self.buffer[self.rows, (self.head - self.lag) % self.depth]
-        if self.tracks_age:
-            older = self.age + 1
-            refresh = self.lag <= older  # the lagged frame is no older than the held one
-            if self.hold_prob > 0.0:
-                refresh &= u[:, -1] >= self.hold_prob  # type: ignore[index]
-            out = torch.where(refresh.view(-1, *([1] * (frame.ndim - 1))), lagged, self.held)  # type: ignore[arg-type]
-            self.age = torch.where(refresh, self.lag, older)
-            self.held = out  # replaced, never written in place (the caller owns `out`)
-            _record_all(self.env, self.age_key, self.age)
-        else:
-            out = lagged
+        # The step's uniforms, column 0 for the jitter's lag, the last for the hold: one call of
+        # the streams for both, as each call costs far more than its width.
+        k = d.draws_per_step
+        out = d(frame, self.env.draw_step_uniform(self.lag_key, k) if k else None)
+        if d.jitter and d.low != d.high:
+            _record_all(self.env, self.lag_key, d.lag)
+        if d.tracks_age:
+            _record_all(self.env, self.age_key, d.age)
         if self.any_pending:
             # Worlds reset without a restart of their own rows: their fresh frame, undelayed.
             ids = host_nonzero(self.pending)
@@ -190,42 +180,19 @@ class ObservationDelayState:
                 self.any_pending = False
         return out
 
-    def _draw_step(self) -> torch.Tensor | None:
-        """The step's uniforms ``[N, k]``: column 0 for the jitter's lag, the last for the hold;
-        one call of the streams for both, as each call costs far more than its width.
-        """
-        k = int(self.jitter and self.low != self.high) + int(self.hold_prob > 0.0)
-        return self.env.draw_step_uniform(self.lag_key, k) if k else None
-
     def _fill(self, env_ids: torch.Tensor, rows: torch.Tensor) -> None:
         """Restart the buffers of ``env_ids`` filled with ``rows`` (their fresh frames)."""
-        assert self.buffer is not None
-        self.buffer[env_ids] = rows.unsqueeze(1)
-        if self.held is not None:
-            self.held = self.held.clone()  # the previous one may be an observation handed out
-            self.held[env_ids] = rows
-        self.age[env_ids] = 0
+        self.delay.restart(env_ids, rows)
         self.pending[env_ids] = False
         self.any_pending = host_any(self.pending)
 
     def state_dict(self) -> dict[str, Any]:
         """Ring buffer, write position, lags, ages, held frames and pending restarts."""
-        return {
-            "buffer": None if self.buffer is None else self.buffer.clone(),
-            "held": None if self.held is None else self.held.clone(),
-            "head": self.head,
-            "lag": self.lag.clone(),
-            "age": self.age.clone(),
-            "pending": self.pending.clone(),
-        }
+        return {**self.delay.state_dict(), "pending": self.pending.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        self.buffer = None if state["buffer"] is None else state["buffer"].clone()
-        self.held = None if state["held"] is None else state["held"].clone()
-        self.head = int(state["head"])
-        self.lag = state["lag"].clone()
-        self.age = state["age"].clone()
+        self.delay.load_state_dict(state)
         self.pending = state["pending"].to(self.env.device, copy=True)
         self.any_pending = host_any(self.pending)
 

@@ -1,0 +1,425 @@
+"""Observation and action processors in plain torch, built from the policy spec.
+
+The env applies them in simulation (``robolearn.envs.managers``) and a deploy runtime applies the
+same objects to a robot's readings, so the policy sees exactly the transformation it was trained
+with. Nothing here knows the simulator: inputs are tensors ``[B, ...]`` (``B`` worlds, or 1 robot)
+and the spec's dataclasses.
+
+Per observation group, in this order (``ObservationProcessor``):
+
+1. per term (``TermProcessor``): additive noise, clip to ``[low, high]``, multiply by the scale;
+2. the terms concatenated into one frame, cast to the observation dtype;
+3. the delay stage, if the group has one (a callable the caller supplies: the env's per-world
+   delay state, or a :class:`Delay` driven by a deploy runtime's own draws);
+4. history stacking (``History``): the last ``history_length`` frames, oldest first.
+
+Randomness comes from the caller: a :class:`RandomSource` hands out uniforms and normals per
+named stream. The env passes its per-world streams (reproducible from its seed); a runtime that
+wants noise (sim2sim) passes a :class:`GeneratorSource`; on a robot noise is simply not drawn
+(``source=None``), since the sensors bring their own. So processors stay pure and device-neutral:
+no host syncs, no NumPy, nothing but torch operations on the caller's device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from robolearn.spec.manifest import ActionTermSpec, DelaySpec, NoiseSpec, ObsGroupSpec, ObsTermSpec
+
+
+class RandomSource(Protocol):
+    """Where processors take random numbers from: ``[B, size]`` float64 draws per named stream."""
+
+    def uniform(self, name: str, size: int) -> torch.Tensor:
+        """Uniforms in ``[0, 1)``, ``[B, size]`` float64."""
+        ...
+
+    def normal(self, name: str, size: int) -> torch.Tensor:
+        """Standard normals, ``[B, size]`` float64."""
+        ...
+
+
+class GeneratorSource:
+    """A :class:`RandomSource` over one ``torch.Generator`` (stream names are ignored): for a
+    deploy runtime or a test that wants noise without an env.
+    """
+
+    def __init__(self, batch: int, generator: torch.Generator | None = None, device: str | torch.device = "cpu") -> None:
+        """Draw ``[batch, size]`` tensors on ``device`` from ``generator`` (default: a fresh one, seed 0)."""
+        self.batch = int(batch)
+        self.device = torch.device(device)
+        self.generator = generator if generator is not None else torch.Generator(self.device).manual_seed(0)
+
+    def uniform(self, name: str, size: int) -> torch.Tensor:
+        """Uniforms in ``[0, 1)``."""
+        return torch.rand(self.batch, size, generator=self.generator, dtype=torch.float64, device=self.device)
+
+    def normal(self, name: str, size: int) -> torch.Tensor:
+        """Standard normals."""
+        return torch.randn(self.batch, size, generator=self.generator, dtype=torch.float64, device=self.device)
+
+
+def unit_noise(source: RandomSource, name: str, kind: str, size: int) -> torch.Tensor:
+    """Noise of scale 1 of ``kind``: uniform in ``[-1, 1)`` or standard normal, ``[B, size]``."""
+    if kind == "gaussian":
+        return source.normal(name, size)
+    if kind == "uniform":
+        return torch.add(-1.0, source.uniform(name, size), alpha=2.0)
+    raise ValueError(f"noise.kind: expected 'uniform' or 'gaussian', got {kind!r}")
+
+
+def uniform_int(u: torch.Tensor, low: int, high: int) -> torch.Tensor:
+    """Uniform draws ``u`` in ``[0, 1)`` (float64) mapped to integers in ``[low, high]`` (int64)."""
+    # u < 1 keeps the truncation at most high; the clamp only guards rounding at the top.
+    return torch.add(low, u, alpha=high - low + 1).to(torch.long).clamp_(max=high)
+
+
+def _as_vector(value: float | Sequence[float], n: int, where: str, device: torch.device | str) -> torch.Tensor:
+    """A scalar or ``n`` values as a float64 ``[n]`` tensor on ``device``, or an error naming ``where``."""
+    t = torch.as_tensor(value, dtype=torch.float64, device=device).flatten()
+    if t.numel() == 1:
+        return t.expand(n).clone()
+    if t.numel() != n:
+        raise ValueError(f"{where}: expected a scalar or {n} values, got {t.numel()}")
+    return t
+
+
+class TermProcessor:
+    """Noise, clip and scale of one observation term (in that order)."""
+
+    def __init__(self, term: ObsTermSpec, device: str | torch.device = "cpu", where: str = "") -> None:
+        """Resolve the term's scale to a tensor on ``device`` once."""
+        self.name = term.name
+        self.dim = term.dim
+        self.noise: NoiseSpec | None = term.noise if term.noise is not None and term.noise.scale > 0 else None
+        self.clip = term.clip
+        where = where or term.name
+        self.scale = None if term.scale is None else _as_vector(term.scale, term.dim, f"{where}.scale", device)
+
+    def __call__(self, value: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """``value`` ``[B, ...]`` with ``noise`` (scale 1, ``[B, dim]``; ``None``: none) added at the
+        term's scale, clipped and scaled. A new tensor; ``value`` is not written to.
+        """
+        if noise is not None and self.noise is not None:
+            value = value + (noise * self.noise.scale).reshape(value.shape)
+        if self.clip is not None:
+            value = value.clamp(self.clip[0], self.clip[1])
+        if self.scale is not None:
+            value = value * (self.scale if value.ndim == 2 else self.scale.reshape(value.shape[1:]))
+        return value
+
+
+class History:
+    """The last ``length`` frames of each row, oldest first, flattened: ``[B, length * D]``."""
+
+    def __init__(self, length: int) -> None:
+        """An empty window; the first frame fills it."""
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"history_length: expected an integer >= 1, got {length!r}")
+        self.length = length
+        self.window: torch.Tensor | None = None
+        """``[B, length, D]`` or ``None`` before the first frame."""
+
+    def __call__(self, frame: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Push ``frame`` ``[B, D]`` and return the stacked window.
+
+        With ``rows`` (rows that restart, ``frame`` holding only theirs) those windows restart
+        filled with their frame, which is returned stacked. The window is replaced, never written
+        in place, so an observation returned earlier keeps its values.
+        """
+        if self.window is None:
+            if rows is not None:
+                raise ValueError("history: the first frame must cover every row (rows=None)")
+            self.window = frame.unsqueeze(1).repeat(1, self.length, 1)
+            return self.window.flatten(1)
+        if rows is not None:
+            fresh = frame.unsqueeze(1).expand(-1, self.length, -1)
+            window = self.window.clone()
+            window[rows] = fresh
+            self.window = window
+            return fresh.flatten(1)
+        self.window = torch.cat([self.window[:, 1:], frame.unsqueeze(1)], dim=1)
+        return self.window.flatten(1)
+
+    def reset(self) -> None:
+        """Forget every window: the next frame fills them (an episode start on a robot)."""
+        self.window = None
+
+
+DelayFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+"""A delay stage: ``(frame [B, ...], rows or None) -> delivered frame`` (see :class:`Delay`)."""
+
+
+class ObservationProcessor:
+    """One observation group's processing, from its spec (see the module doc for the order)."""
+
+    def __init__(
+        self,
+        name: str,
+        group: ObsGroupSpec,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        delay: DelayFn | None = None,
+    ) -> None:
+        """Build the term processors of group ``name``.
+
+        Args:
+            name: the group's name (names its noise stream, ``noise/<name>``).
+            group: its spec.
+            dtype: floating dtype of the processed observation.
+            device: where the scales live (the caller's tensors' device).
+            delay: the delay stage, applied after the cast and before the history (``None``: none;
+                the spec's ``delay`` describes what the policy was trained under and is not
+                applied by itself).
+        """
+        self.name = name
+        self.group = group
+        self.dtype = dtype
+        self.delay = delay
+        self.flat = group.flat
+        self.terms = [TermProcessor(t, device, f"observations.{name}.{t.name}") for t in group.terms]
+        self.history = History(group.history_length) if group.history_length > 1 else None
+        # One draw per noise kind for the whole group (a per-call cost dominates at small B):
+        # (kind, [(term index, first column)], total width), kinds in order of first appearance.
+        self._noise: list[tuple[str, list[tuple[int, int]], int]] = []
+        for i, proc in enumerate(self.terms):
+            if proc.noise is None:
+                continue
+            entry = next((e for e in self._noise if e[0] == proc.noise.kind), None)
+            if entry is None:
+                entry = (proc.noise.kind, [], 0)
+                self._noise.append(entry)
+            k = self._noise.index(entry)
+            self._noise[k] = (entry[0], [*entry[1], (i, entry[2])], entry[2] + proc.dim)
+
+    @property
+    def noisy(self) -> bool:
+        """Whether some term of the group draws noise."""
+        return bool(self._noise)
+
+    def draw_noise(self, source: RandomSource) -> list[torch.Tensor | None]:
+        """Scale-1 noise per term (``None`` for noiseless terms), one draw per kind from ``source``."""
+        out: list[torch.Tensor | None] = [None] * len(self.terms)
+        for kind, members, size in self._noise:
+            unit = unit_noise(source, f"noise/{self.name}", kind, size)
+            for i, start in members:
+                out[i] = unit[:, start : start + self.terms[i].dim]
+        return out
+
+    def __call__(
+        self, terms: Sequence[torch.Tensor], source: RandomSource | None = None, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The group's observation from its raw term values ``[B, ...]`` (in the spec's order).
+
+        Args:
+            terms: raw values, one per term.
+            source: random draws for the noise; ``None`` adds none (a robot's readings).
+            rows: the values are only these rows, which restart (history and delay refill).
+        """
+        if len(terms) != len(self.terms):
+            raise ValueError(f"observations.{self.name}: expected {len(self.terms)} term values, got {len(terms)}")
+        noise = self.draw_noise(source) if source is not None and self._noise else [None] * len(self.terms)
+        parts = []
+        for proc, value, n in zip(self.terms, terms, noise, strict=True):
+            if self.flat and value.ndim != 2:
+                value = value.reshape(value.shape[0], -1)
+            parts.append(proc(value, n))
+        # torch.cat copies even a single part: an observation never aliases its inputs.
+        frame = torch.cat(parts, dim=1).to(self.dtype) if self.flat else parts[0].to(self.dtype, copy=True)
+        if self.delay is not None:
+            # Before the history: a robot stacks the frames as they reached it.
+            frame = self.delay(frame, rows)
+        if self.history is not None:
+            frame = self.history(frame, rows)
+        return frame
+
+    def reset(self) -> None:
+        """Start over (a new episode on a robot): the next frame refills the history."""
+        if self.history is not None:
+            self.history.reset()
+
+
+class Delay:
+    """Delivers frames late: per-row lag, optional per-step jitter and holds (dropped packets).
+
+    Row ``i`` is delivered the frame of ``lag[i]`` steps ago from a ring buffer of the last
+    ``high + 1`` frames. With ``jitter`` the lag is redrawn every step and the delivered frame's
+    age follows ``age_t = min(lag_t, age_{t-1} + 1)`` (never back in time); with ``hold_prob = p``
+    the delivered frame is, with probability ``p`` per step, not refreshed. The uniforms come from
+    the caller: :attr:`draws_per_step` columns per :meth:`__call__`, one per row at
+    :meth:`draw_lags` when the lag range is not a single value.
+    """
+
+    def __init__(
+        self, low: int, high: int, *, jitter: bool = False, hold_prob: float = 0.0,
+        batch: int = 1, device: str | torch.device = "cpu",
+    ) -> None:
+        """Lags ``[batch]`` start at ``low``; the buffer is allocated on the first frame."""
+        if not 0 <= low <= high:
+            raise ValueError(f"delay.lag_range: expected integers 0 <= low <= high, got {(low, high)}")
+        if not 0.0 <= hold_prob <= 1.0:
+            raise ValueError(f"delay.hold_prob: expected a probability in [0, 1], got {hold_prob}")
+        self.low, self.high = int(low), int(high)
+        self.jitter, self.hold_prob = bool(jitter), float(hold_prob)
+        self.depth = self.high + 1
+        # Without jitter or holds the delivered frame is always the lagged one: no held copy needed.
+        self.tracks_age = self.jitter or self.hold_prob > 0.0
+        device = torch.device(device)
+        self.rows = torch.arange(batch, device=device)
+        self.lag = torch.full((batch,), self.low, dtype=torch.long, device=device)
+        """Current lag per row (int64)."""
+        self.age = torch.zeros(batch, dtype=torch.long, device=device)
+        """Age in steps of each row's delivered frame (tracked with jitter or holds)."""
+        self.head = 0
+        self.buffer: torch.Tensor | None = None
+        self.held: torch.Tensor | None = None
+
+    @classmethod
+    def from_spec(cls, spec: DelaySpec, batch: int = 1, device: str | torch.device = "cpu") -> Delay:
+        """The delay a group's spec describes, for ``batch`` rows."""
+        return cls(*spec.lag_range, jitter=spec.jitter, hold_prob=spec.hold_prob, batch=batch, device=device)
+
+    @property
+    def draws_per_step(self) -> int:
+        """Uniform columns :meth:`__call__` needs: one for a jittered lag, one for holds."""
+        return int(self.jitter and self.low != self.high) + int(self.hold_prob > 0.0)
+
+    def draw_lags(self, rows: torch.Tensor, u: torch.Tensor | None) -> torch.Tensor:
+        """Set the lags of ``rows`` from uniforms ``u`` ``[len(rows)]`` (``None`` when the range is a
+        single value: a fixed lag needs no draw); return them.
+        """
+        lag = torch.full((rows.numel(),), self.low, dtype=torch.long, device=self.lag.device) if u is None or \
+            self.low == self.high else uniform_int(u, self.low, self.high)
+        self.lag[rows] = lag
+        return lag
+
+    def restart(self, rows: torch.Tensor, frames: torch.Tensor) -> None:
+        """Fill the buffers of ``rows`` with ``frames`` (their fresh frames, ``[len(rows), ...]``)."""
+        self._allocate(frames)
+        assert self.buffer is not None
+        self.buffer[rows] = frames.unsqueeze(1)
+        if self.held is not None:
+            self.held = self.held.clone()  # the previous one may be an observation handed out
+            self.held[rows] = frames
+        self.age[rows] = 0
+
+    def __call__(self, frame: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
+        """Push ``frame`` ``[B, ...]`` (every row) and return the frame each row is delivered.
+
+        ``u``: ``[B, draws_per_step]`` uniforms, column 0 for a jittered lag, the last for holds.
+        """
+        self._allocate(frame)
+        assert self.buffer is not None
+        self.head = (self.head + 1) % self.depth
+        self.buffer[:, self.head] = frame
+        if self.jitter and self.low != self.high:
+            self.lag = uniform_int(u[:, 0], self.low, self.high)  # type: ignore[index]
+        lagged = self.buffer[self.rows, (self.head - self.lag) % self.depth]
+        if not self.tracks_age:
+            return lagged
+        older = self.age + 1
+        refresh = self.lag <= older  # the lagged frame is no older than the held one
+        if self.hold_prob > 0.0:
+            refresh &= u[:, -1] >= self.hold_prob  # type: ignore[index]
+        out = torch.where(refresh.view(-1, *([1] * (frame.ndim - 1))), lagged, self.held)  # type: ignore[arg-type]
+        self.age = torch.where(refresh, self.lag, older)
+        self.held = out  # replaced, never written in place (the caller owns `out`)
+        return out
+
+    def _allocate(self, frame: torch.Tensor) -> None:
+        """The ring buffer (and held frames) for frames shaped like ``frame``'s rows."""
+        if self.buffer is None:
+            shape = (self.rows.numel(), self.depth, *frame.shape[1:])
+            self.buffer = torch.zeros(shape, dtype=frame.dtype, device=frame.device)
+            if self.tracks_age:
+                self.held = torch.zeros((shape[0], *shape[2:]), dtype=frame.dtype, device=frame.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Ring buffer, write position, lags, ages and held frames."""
+        return {
+            "buffer": None if self.buffer is None else self.buffer.clone(),
+            "held": None if self.held is None else self.held.clone(),
+            "head": self.head,
+            "lag": self.lag.clone(),
+            "age": self.age.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.buffer = None if state["buffer"] is None else state["buffer"].clone()
+        self.held = None if state["held"] is None else state["held"].clone()
+        self.head = int(state["head"])
+        self.lag = state["lag"].clone()
+        self.age = state["age"].clone()
+
+
+class LastAction:
+    """The action sent at the previous step, as an observation term's raw value (zeros after a reset)."""
+
+    def __init__(self, batch: int, dim: int, device: str | torch.device = "cpu") -> None:
+        """Start at the zero action."""
+        self.value = torch.zeros(batch, dim, dtype=torch.float64, device=device)
+        """``[B, A]`` float64: the last recorded action."""
+
+    def record(self, action: torch.Tensor) -> None:
+        """Remember ``action`` ``[B, A]`` (a copy: the caller may reuse its tensor)."""
+        self.value = action.to(torch.float64, copy=True)
+
+    def reset(self, rows: torch.Tensor | None = None) -> None:
+        """Rows ``rows`` (default: all) start an episode: their last action is zero."""
+        if rows is None:
+            self.value = torch.zeros_like(self.value)
+        else:
+            self.value = self.value.clone()
+            self.value[rows] = 0.0
+
+
+class ActionProcessor:
+    """Actions to controls: ``offset + scale * clip(action, low, high)``, in float64."""
+
+    def __init__(self, scale: torch.Tensor, offset: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> None:
+        """Per-column ``[A]`` tensors (``low``/``high`` may be infinite: no clip there)."""
+        self.scale, self.offset, self.low, self.high = scale, offset, low, high
+        self.trivial_scale = bool((scale == 1).all() and (offset == 0).all())
+        self.clipped = bool(torch.isfinite(low).any() or torch.isfinite(high).any())
+
+    @classmethod
+    def from_spec(cls, actions: Sequence[ActionTermSpec], device: str | torch.device = "cpu") -> ActionProcessor:
+        """The processor of a spec's action terms (their clip, scale and offset, in order)."""
+        def column(values: Sequence[float]) -> torch.Tensor:
+            return torch.tensor(list(values), dtype=torch.float64, device=device)
+
+        inf = float("inf")
+        low = [v for a in actions for v in [a.clip[0] if a.clip is not None else -inf] * a.dim]
+        high = [v for a in actions for v in [a.clip[1] if a.clip is not None else inf] * a.dim]
+        scale = [v for a in actions for v in a.scale]
+        offset = [v for a in actions for v in a.offset]
+        return cls(column(scale), column(offset), column(low), column(high))
+
+    def __call__(self, action: torch.Tensor) -> torch.Tensor:
+        """Controls ``[B, A]`` float64 (the action itself, as float64, when nothing applies)."""
+        a = action.to(torch.float64)
+        if self.clipped:
+            a = torch.maximum(torch.minimum(a, self.high), self.low)
+        if not self.trivial_scale:
+            a = torch.addcmul(self.offset, a, self.scale)
+        return a
+
+
+__all__ = [
+    "ActionProcessor",
+    "Delay",
+    "DelayFn",
+    "GeneratorSource",
+    "History",
+    "LastAction",
+    "ObservationProcessor",
+    "RandomSource",
+    "TermProcessor",
+    "uniform_int",
+    "unit_noise",
+]
