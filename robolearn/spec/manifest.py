@@ -246,7 +246,9 @@ class PolicySpec:
             raise SpecError(
                 f"{where}.spec_version: expected one of {', '.join(map(str, READABLE_VERSIONS))}, got {version!r}"
             )
-        # Version 1 lacks only fields with defaults: the same reader fills them in (the upgrade).
+        if version == 1:
+            data = _upgrade_v1(data)
+        # Version 1 lacks only fields with defaults: the same reader fills them in.
         spec = _load(cls, data, where)
         spec = dataclasses.replace(spec, spec_version=SPEC_VERSION)
         spec.validate(where)
@@ -391,6 +393,24 @@ def _check_group(gname: str, group: ObsGroupSpec, where: str) -> None:
 
 
 # -- reading and writing ------------------------------------------------------------------------
+def _upgrade_v1(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1 mapping in the version-2 form: version 1 wrote a delay's integer lags as floats
+    (``[0.0, 1.0]``); integral ones become integers, anything else is left for the reader to refuse.
+    """
+    data = dict(data)
+    groups = data.get("observations")
+    if isinstance(groups, Mapping):
+        upgraded = {}
+        for name, group in groups.items():
+            delay = group.get("delay") if isinstance(group, Mapping) else None
+            lags = delay.get("lag_range") if isinstance(delay, Mapping) else None
+            if isinstance(lags, list) and all(isinstance(v, float) and v.is_integer() for v in lags):
+                group = {**group, "delay": {**delay, "lag_range": [int(v) for v in lags]}}
+            upgraded[name] = group
+        data["observations"] = upgraded
+    return data
+
+
 def _number(value: Any, where: str) -> float:
     """A JSON number or ``"inf"``/``"-inf"`` as a float; NaN, booleans and other strings refused."""
     if isinstance(value, str) and value in ("inf", "-inf"):
