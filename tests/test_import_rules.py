@@ -78,7 +78,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "nn": frozenset({"types", "utils"}),
     "data": frozenset({"types", "utils"}),
     "algos": frozenset({"nn", "data", "types", "utils"}),
-    "runners": frozenset({"algos", "data", "logging", "types", "utils"}),
+    # runners read and compare policy specs (resume checks, load_policy): the typed spec of robolearn.spec.
+    "runners": frozenset({"algos", "data", "logging", "spec", "types", "utils"}),
     "logging": frozenset({"utils"}),
     "export": frozenset({"nn", "spec", "types", "utils"}),
     "cli": EVERYTHING,

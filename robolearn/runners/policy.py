@@ -19,6 +19,7 @@ from torch import nn
 from robolearn.algos import registry
 from robolearn.runners.checkpoint import CheckpointManager
 from robolearn.runners.train_config import TrainConfig, read_train_config
+from robolearn.spec.manifest import PolicySpec
 from robolearn.utils.config import ConfigError, read_json_object
 
 
@@ -60,33 +61,20 @@ def agent_spaces(spec: Mapping[str, Any], where: str = "policy_spec.json") -> di
     agent's constructor needs, read without an env.
 
     Raises:
-        ConfigError: a field is missing or malformed (named, with ``where``).
+        ConfigError: the spec is malformed (:class:`robolearn.spec.SpecError`, naming the field and
+            the value, with ``where``).
     """
-    try:
-        obs_dims = {str(g): math.prod(int(d) for d in group["shape"]) for g, group in spec["observations"].items()}
-        action_dim = int(spec["action_dim"])
-        low = [_number(v) for term in spec["actions"] for v in _values(term["low"], term["dim"])]
-        high = [_number(v) for term in spec["actions"] for v in _values(term["high"], term["dim"])]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ConfigError(f"{where}: cannot read the observation and action layout ({type(exc).__name__}: {exc})") from None
-    if len(low) != action_dim or len(high) != action_dim:
-        raise ConfigError(f"{where}: action bounds give {len(low)}/{len(high)} values for action_dim {action_dim}")
+    typed = PolicySpec.from_dict(spec, where)
+    low = [v for term in typed.actions for v in term.low]
+    high = [v for term in typed.actions for v in term.high]
+    if len(low) != typed.action_dim or len(high) != typed.action_dim:
+        raise ConfigError(f"{where}: action bounds give {len(low)}/{len(high)} values for action_dim {typed.action_dim}")
     return {
-        "obs_dims": obs_dims,
-        "action_dim": action_dim,
+        "obs_dims": {g: math.prod(group.shape) for g, group in typed.observations.items()},
+        "action_dim": typed.action_dim,
         "action_low": torch.tensor(low, dtype=torch.float32),
         "action_high": torch.tensor(high, dtype=torch.float32),
     }
-
-
-def _values(value: Any, dim: int) -> list[Any]:
-    """A spec's bound: a list of ``dim`` values or one value for all."""
-    return list(value) if isinstance(value, (list, tuple)) else [value] * int(dim)
-
-
-def _number(value: Any) -> float:
-    """A JSON number, or the strings ``"inf"``/``"-inf"`` the spec writes for unbounded actions."""
-    return float(value)
 
 
 def load_policy(run_dir: str | os.PathLike[str], device: str = "cpu") -> LoadedPolicy:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from robolearn.spec.manifest import PolicySpec
 from robolearn.utils.config import ConfigError, read_json_object
 
 log = logging.getLogger(__name__)
@@ -112,24 +113,26 @@ def check_resume_config(
 
 
 def check_resume_spec(run_dir: Path, spec: Mapping[str, Any] | None) -> None:
-    """Compare the env's policy spec with the run's saved ``policy_spec.json`` (task, observation
-    and action layout).
+    """Compare the env's policy spec with the run's saved ``policy_spec.json``: the task, every
+    observation group the run saved (term names, order, widths, units, shapes, history), the
+    action terms and joints and the control rate. A spec saved by an older robolearn (version 1)
+    compares by content, not by its version number.
 
     Raises:
-        RunDirError: the saved spec is unreadable or differs (the first differing entry is named).
+        RunDirError: the saved spec is unreadable or differs (the first differences are named).
     """
     path = run_dir / "policy_spec.json"
     if spec is None or not path.exists():
         return
-    saved = read_json(path, "resume")
-    new = _plain(spec)
-    if saved != new:
-        keys = sorted(set(saved) | set(new))
-        diff = next(k for k in keys if saved.get(k) != new.get(k))
-        raise RunDirError(
-            f"resume {run_dir}: the env does not match the run's policy_spec.json ({diff}: saved "
-            f"{saved.get(diff)!r}, now {new.get(diff)!r})"
-        )
+    try:
+        saved = PolicySpec.from_dict(read_json(path, "resume"), str(path))
+        new = PolicySpec.from_dict(_plain(spec), "the env's policy spec")
+    except ConfigError as exc:
+        raise RunDirError(f"resume {run_dir}: {exc}") from None
+    found = ([f"task_id: saved {saved.task_id!r}, now {new.task_id!r}"] if saved.task_id != new.task_id else [])
+    found += saved.mismatches(new, groups=list(saved.observations))
+    if found:
+        raise RunDirError(f"resume {run_dir}: the env does not match the run's policy_spec.json: " + "; ".join(found[:3]))
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
