@@ -187,8 +187,11 @@ class BatchedEnv:
                 reward = torch.where(diverged, torch.zeros_like(reward), reward)
                 truncated = (truncated | diverged) & ~terminated
             info["episode"] = self._episode_stats(ids)
-            self._reset_worlds(ids)
-            obs = self._splice_obs(obs, ids)
+            # The reset's draws (events, initial state, latency models, the fresh observation's
+            # noise) follow the same sequence every time: the streams compute them in one pass.
+            with self.rng.batch(ids, "reset"):
+                self._reset_worlds(ids)
+                obs = self._splice_obs(obs, ids)
         info["num_diverged"] = self.num_diverged
         self._obs = obs
         return obs, reward.to(self.dtype), terminated, truncated, info

@@ -193,6 +193,7 @@ class ObservationManager:
             )
         self.dims = {g: int(torch.Size(s).numel()) for g, s in self.shapes.items()}
         self._step_draws = _StepDraws(env)
+        self._plan = [(gname, group, self.processors[gname]) for gname, group in groups.items()]
 
     def term_dims(self, group: str) -> dict[str, int]:
         """Width of each term of ``group``, in concatenation order."""
@@ -210,13 +211,24 @@ class ObservationManager:
         env = self.env
         rows = _RowDraws(env, env_ids) if env_ids is not None else self._step_draws
         out: dict[str, torch.Tensor] = {}
-        for gname, group in self.groups.items():
+        # A term object listed in several groups (the default critic lists the policy's and the
+        # privileged group's) is read once. A delay stage may record draws that a later group's
+        # terms read (mdp.drawn), so what was read before a delayed group is read again after it:
+        # every group sees the values it would see if each read its own terms.
+        seen: dict[int, torch.Tensor] = {}
+        for gname, group, proc in self._plan:
             values = []
             for term in group.terms.values():
-                value = term.func(env, **term.params)
-                values.append(value if env_ids is None else value[env_ids])
-            proc = self.processors[gname]
+                value = seen.get(id(term))
+                if value is None:
+                    value = term.func(env, **term.params)
+                    if env_ids is not None:
+                        value = value[env_ids]
+                    seen[id(term)] = value
+                values.append(value)
             out[gname] = proc(values, rows if group.enable_noise else None, env_ids)
+            if proc.delay is not None:
+                seen.clear()
         return out
 
     def history_state(self) -> dict[str, torch.Tensor]:

@@ -22,12 +22,15 @@ no host syncs, no NumPy, nothing but torch operations on the caller's device.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from robolearn.spec.manifest import ActionTermSpec, DelaySpec, NoiseSpec, ObsGroupSpec, ObsTermSpec
+from robolearn.utils.rng import tensor_version
 
 
 class RandomSource(Protocol):
@@ -149,6 +152,22 @@ class History:
         self.window = None
 
 
+@dataclass(frozen=True)
+class _FusedPlan:
+    """A flat group's processing as operations on the whole frame (see ``ObservationProcessor._fused_plan``)."""
+
+    noise: tuple[str, int, int, torch.Tensor] | None
+    """``(kind, first column, end column, per-column scale)`` of the group's one noise draw."""
+    low: torch.Tensor | None
+    """Per-column lower clip bounds (``None``: no term clips)."""
+    high: torch.Tensor | None
+    """Per-column upper clip bounds."""
+    scale: torch.Tensor | None
+    """Per-column scales (``None``: no term scales)."""
+    dims: tuple[int, ...]
+    """Each term's width, in order."""
+
+
 DelayFn = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 """A delay stage: ``(frame [B, ...], rows or None) -> delivered frame`` (see :class:`Delay`)."""
 
@@ -195,6 +214,39 @@ class ObservationProcessor:
                 self._noise.append(entry)
             k = self._noise.index(entry)
             self._noise[k] = (entry[0], [*entry[1], (i, entry[2])], entry[2] + proc.dim)
+        self._fused = self._fused_plan(device) if self.flat else None
+
+    def _fused_plan(self, device: str | torch.device) -> _FusedPlan | None:
+        """The group's noise, clip and scale as a few operations on the concatenated frame, when
+        that gives the per-term result bit for bit: at most one noise kind, drawn over one run of
+        consecutive terms (so the draw's columns are the frame's columns ``start:stop``), and
+        per-column clip bounds and scales (``-inf``/``inf`` and 1 where a term has none: a clamp to
+        infinite bounds and a product with 1 leave every float as it is). Elementwise, each column
+        sees the same float64 operations in the same order as in :class:`TermProcessor`.
+        """
+        if len(self._noise) > 1:
+            return None
+        noise: tuple[str, int, int, torch.Tensor] | None = None
+        if self._noise:
+            kind, members, size = self._noise[0]
+            index = [i for i, _ in members]
+            if index != list(range(index[0], index[-1] + 1)):
+                return None  # noisy terms with a noiseless one between them
+            start = sum(p.dim for p in self.terms[: index[0]])
+            scale = torch.cat(
+                [torch.full((self.terms[i].dim,), float(self.terms[i].noise.scale), dtype=torch.float64) for i in index]  # type: ignore[union-attr]
+            ).to(device)
+            noise = (kind, start, start + size, scale)
+        low = high = scale_cols = None
+        if any(p.clip is not None for p in self.terms):
+            bounds = [(p.clip if p.clip is not None else (-math.inf, math.inf), p.dim) for p in self.terms]
+            low = torch.cat([torch.full((d,), float(c[0]), dtype=torch.float64) for c, d in bounds]).to(device)
+            high = torch.cat([torch.full((d,), float(c[1]), dtype=torch.float64) for c, d in bounds]).to(device)
+        if any(p.scale is not None for p in self.terms):
+            scale_cols = torch.cat(
+                [p.scale if p.scale is not None else torch.ones(p.dim, dtype=torch.float64, device=device) for p in self.terms]
+            )
+        return _FusedPlan(noise, low, high, scale_cols, tuple(p.dim for p in self.terms))
 
     @property
     def noisy(self) -> bool:
@@ -222,14 +274,13 @@ class ObservationProcessor:
         """
         if len(terms) != len(self.terms):
             raise ValueError(f"observations.{self.name}: expected {len(self.terms)} term values, got {len(terms)}")
-        noise = self.draw_noise(source) if source is not None and self._noise else [None] * len(self.terms)
-        parts = []
-        for proc, value, n in zip(self.terms, terms, noise, strict=True):
-            if self.flat and value.ndim != 2:
-                value = value.reshape(value.shape[0], -1)
-            parts.append(proc(value, n))
-        # torch.cat copies even a single part: an observation never aliases its inputs.
-        frame = torch.cat(parts, dim=1).to(self.dtype) if self.flat else parts[0].to(self.dtype, copy=True)
+        fused = self._fused
+        if fused is not None and all(
+            v.ndim == 2 and v.dtype == torch.float64 and v.shape[1] == d for v, d in zip(terms, fused.dims, strict=True)
+        ):
+            frame = self._fused_frame(fused, terms, source)
+        else:
+            frame = self._term_frame(terms, source)
         if self.delay is not None:
             # Before the history: a robot stacks the frames as they reached it.
             frame = self.delay(frame, rows)
@@ -237,10 +288,73 @@ class ObservationProcessor:
             frame = self.history(frame, rows)
         return frame
 
+    def _fused_frame(self, plan: _FusedPlan, terms: Sequence[torch.Tensor], source: RandomSource | None) -> torch.Tensor:
+        """One frame from float64 ``[B, dim]`` term values by the fused plan (see :meth:`_fused_plan`)."""
+        # torch.cat copies even a single part: the in-place steps below never touch the inputs.
+        frame = torch.cat(list(terms), dim=1)
+        if plan.noise is not None and source is not None:
+            kind, start, stop, scale = plan.noise
+            # Not in place: the draw may be a view of the source's precomputed block.
+            noise = unit_noise(source, f"noise/{self.name}", kind, stop - start) * scale
+            if start == 0 and stop == frame.shape[1]:
+                frame.add_(noise)
+            else:
+                frame[:, start:stop] += noise
+        if plan.low is not None:
+            frame.clamp_(plan.low, plan.high)
+        if plan.scale is not None:
+            frame.mul_(plan.scale)
+        return frame.to(self.dtype)
+
+    def _term_frame(self, terms: Sequence[torch.Tensor], source: RandomSource | None) -> torch.Tensor:
+        """One frame from the raw term values, term by term (any shapes and dtypes)."""
+        noise = self.draw_noise(source) if source is not None and self._noise else [None] * len(self.terms)
+        parts = []
+        for proc, value, n in zip(self.terms, terms, noise, strict=True):
+            if self.flat and value.ndim != 2:
+                value = value.reshape(value.shape[0], -1)
+            parts.append(proc(value, n))
+        # torch.cat copies even a single part: an observation never aliases its inputs.
+        return torch.cat(parts, dim=1).to(self.dtype) if self.flat else parts[0].to(self.dtype, copy=True)
+
     def reset(self) -> None:
         """Start over (a new episode on a robot): the next frame refills the history."""
         if self.history is not None:
             self.history.reset()
+
+
+class RingIndex:
+    """Flat row indices of a ring buffer ``[B, depth, ...]`` for fixed per-row lags, per write position.
+
+    Reading row ``i``'s frame of ``lag[i]`` steps ago is a gather at ``i * depth + (head - lag[i]) %
+    depth``; while the lags stay the same, those indices are computed once for every ``head`` and
+    the read is one ``index_select``. The lags are checked by identity and in-place modification
+    count (an inference tensor, which keeps no count, is recomputed on every read).
+    """
+
+    def __init__(self) -> None:
+        """Nothing computed until the first read."""
+        self._lag: torch.Tensor | None = None
+        self._version = -1
+        self._index: torch.Tensor | None = None
+
+    def __call__(self, lag: torch.Tensor, depth: int) -> torch.Tensor:
+        """``[depth, B]`` int64: row ``h`` holds the flat indices to read when the newest frame is at ``h``."""
+        version = tensor_version(lag)
+        if lag is not self._lag or version != self._version or version < 0 or self._index is None:
+            heads = torch.arange(depth, dtype=torch.long, device=lag.device).unsqueeze(1)
+            rows = torch.arange(lag.shape[0], dtype=torch.long, device=lag.device) * depth
+            self._index = (heads - lag).remainder_(depth).add_(rows)
+            self._lag, self._version = lag, version
+        return self._index
+
+
+def ring_read(buffer: torch.Tensor, head: int, lag: torch.Tensor, index: RingIndex) -> torch.Tensor:
+    """``buffer[i, (head - lag[i]) % depth]`` for every row ``i`` of a ``[B, depth, ...]`` ring buffer
+    (a new tensor), by one gather at indices ``index`` keeps while the lags do not change.
+    """
+    depth = buffer.shape[1]
+    return torch.index_select(buffer.flatten(0, 1), 0, index(lag, depth)[head])
 
 
 class Delay:
@@ -277,6 +391,7 @@ class Delay:
         self.head = 0
         self.buffer: torch.Tensor | None = None
         self.held: torch.Tensor | None = None
+        self._ring_index = RingIndex()
 
     @classmethod
     def from_spec(cls, spec: DelaySpec, batch: int = 1, device: str | torch.device = "cpu") -> Delay:
@@ -318,7 +433,9 @@ class Delay:
         self.buffer[:, self.head] = frame
         if self.jitter and self.low != self.high:
             self.lag = uniform_int(u[:, 0], self.low, self.high)  # type: ignore[index]
-        lagged = self.buffer[self.rows, (self.head - self.lag) % self.depth]
+            lagged = self.buffer[self.rows, (self.head - self.lag) % self.depth]
+        else:
+            lagged = ring_read(self.buffer, self.head, self.lag, self._ring_index)
         if not self.tracks_age:
             return lagged
         older = self.age + 1
@@ -419,7 +536,9 @@ __all__ = [
     "LastAction",
     "ObservationProcessor",
     "RandomSource",
+    "RingIndex",
     "TermProcessor",
+    "ring_read",
     "uniform_int",
     "unit_noise",
 ]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -52,14 +54,22 @@ def mix64(z: int) -> int:
 
 def mix(z: torch.Tensor) -> torch.Tensor:
     """The SplitMix64 finaliser elementwise on an ``int64`` tensor (a new tensor; bit patterns as
-    ``uint64``). Eight torch operations: their count, not the arithmetic, is the cost at small sizes.
+    ``uint64``). Eleven torch operations: their count, not the arithmetic, is the cost at small sizes.
     """
-    z = z ^ ((z >> 30) & _LOW[30])
-    z.mul_(_S_M1)
-    z ^= (z >> 27) & _LOW[27]
-    z.mul_(_S_M2)
-    z ^= (z >> 31) & _LOW[31]
-    return z
+    return _mix_(z.clone())
+
+
+def _mix_(z: torch.Tensor) -> torch.Tensor:
+    """:func:`mix` in place on ``z`` (a tensor the caller owns), returned; one temporary, reused."""
+    t = torch.bitwise_right_shift(z, 30).bitwise_and_(_LOW[30])
+    z.bitwise_xor_(t).mul_(_S_M1)
+    z.bitwise_xor_(torch.bitwise_right_shift(z, 27, out=t).bitwise_and_(_LOW[27])).mul_(_S_M2)
+    return z.bitwise_xor_(torch.bitwise_right_shift(z, 31, out=t).bitwise_and_(_LOW[31]))
+
+
+def _top53_(z: torch.Tensor) -> torch.Tensor:
+    """The top 53 bits of each ``uint64`` pattern of ``z`` as a non-negative ``int64``, in place."""
+    return z.bitwise_right_shift_(11).bitwise_and_(_LOW[11])
 
 
 STEP_BLOCK = 32
@@ -102,6 +112,9 @@ class WorldRNG:
         self.step_counts: dict[str, int] = {}
         """Steps drawn per named per-step stream (``name|kind|size``)."""
         self._blocks: dict[str, tuple[int, torch.Tensor]] = {}
+        self._stream_consts: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._plans: dict[str, _Plan] = {}
+        self._open: _Batch | None = None
 
     @property
     def num_worlds(self) -> int:
@@ -149,22 +162,93 @@ class WorldRNG:
     def _step_block(self, stream: str, kind: str, size: int, start: int) -> torch.Tensor:
         """Steps ``start .. start + STEP_BLOCK - 1`` of a per-step stream, ``[N, STEP_BLOCK, size]``."""
         width = size + (size & 1) if kind == "normal" else size  # Box-Muller takes pairs
-        world = torch.arange(self.num_worlds, dtype=torch.int64, device=self.device) * _signed(_WORLD)
-        keys = mix(world ^ _signed(mix64(self._key ^ _name_key(stream))))
-        pos = torch.arange(STEP_BLOCK * width, dtype=torch.int64, device=self.device) + (start * width + 1)
-        z = mix(keys.unsqueeze(1) + pos * _S_GOLDEN)
-        u = ((z >> 11) & _LOW[11]).to(torch.float64).mul_(_TWO_M53).view(self.num_worlds, STEP_BLOCK, width)
+        consts = self._stream_consts.get(stream)
+        if consts is None:
+            # Per stream, once: the worlds' keys and the block's positions times the golden ratio.
+            world = torch.arange(self.num_worlds, dtype=torch.int64, device=self.device) * _signed(_WORLD)
+            keys = _mix_(world ^ _signed(mix64(self._key ^ _name_key(stream)))).unsqueeze(1)
+            pos = torch.arange(1, STEP_BLOCK * width + 1, dtype=torch.int64, device=self.device).mul_(_S_GOLDEN)
+            consts = self._stream_consts[stream] = (keys, pos)
+        keys, pos = consts
+        # Position p of the block is step `start` * width + p: the same integers as one long stream.
+        z = _top53_(_mix_(torch.add(pos, keys, alpha=1).add_(_signed(start * width * _GOLDEN))))
+        u = z.to(torch.float64).mul_(_TWO_M53).view(self.num_worlds, STEP_BLOCK, width)
         if kind == "uniform":
             return u
         half = width // 2
         r = torch.log(1.0 - u[..., :half]).mul_(-2.0).sqrt_()
         theta = u[..., half:] * (2.0 * math.pi)
-        return torch.cat([r * torch.cos(theta), r * torch.sin(theta)], dim=2)[..., :size]
+        return torch.cat([r * torch.cos(theta), r.mul_(torch.sin(theta))], dim=2)[..., :size]
+
+    @contextmanager
+    def batch(self, ids: torch.Tensor | None, name: str) -> Iterator[None]:
+        """Within the block, compute the calls for worlds ``ids`` in one pass where they can be foreseen.
+
+        A reset draws from the same worlds a fixed sequence of calls (one per event, the initial
+        state, the latency models, the fresh observation's noise), each a handful of torch
+        operations on a few numbers. The block records that sequence under ``name``; the next time,
+        the first call computes the bits of every recorded call at once (positions of call ``c``
+        are those of counter ``counter + c``) and the later calls take their slices. The values are
+        exactly those of separate calls: a call of another size, for other worlds, or beyond the
+        record ends the prefetch (the counters are brought up to date first) and draws as usual,
+        and the sequence seen this time is recorded for the next. ``ids=None`` (every world, the
+        env's own reset of all) prefetches nothing.
+        """
+        if ids is None or self._open is not None:
+            yield
+            return
+        ob = _Batch(ids, self._plans.get(name))
+        self._open = ob
+        try:
+            yield
+        finally:
+            if self._open is ob:
+                self._close_prefetch(ob)
+                self._open = None
+                if ob.plan is None or ob.sizes != list(ob.plan.sizes):
+                    self._plans[name] = _Plan(tuple(ob.sizes), self.device)
+
+    def _close_prefetch(self, ob: _Batch) -> None:
+        """Stop serving prefetched bits: the counters of the batch's worlds advance by the calls served."""
+        if ob.bits is not None:
+            self.counters[ob.ids] = ob.ctr + ob.served
+            ob.bits = None
+        ob.direct = True
+
+    def _prefetched(self, ob: _Batch, ids: torch.Tensor, size: int) -> torch.Tensor | None:
+        """The bits of this call from the open batch's prefetch, or ``None`` to draw them directly."""
+        if not ob.matches(ids):
+            self._close_prefetch(ob)  # other worlds: counters exact from here on
+            return None
+        ob.sizes.append(size)
+        if ob.direct:
+            return None
+        plan, k = ob.plan, len(ob.sizes) - 1
+        if plan is None or k >= len(plan.sizes) or plan.sizes[k] != size:
+            self._close_prefetch(ob)
+            return None
+        if ob.bits is None:
+            # The first call: every recorded call's positions at once.
+            ob.ctr = self.counters[ids]
+            base = torch.add(self._keys[ids], ob.ctr, alpha=_S_STEP)
+            ob.bits = _top53_(_mix_(base.unsqueeze(1) + plan.offsets))
+        ob.served = k + 1
+        start = plan.starts[k]
+        return ob.bits[:, start : start + size]
 
     def _bits(self, ids: torch.Tensor | None, size: int) -> torch.Tensor:
         """The top 53 bits (``int64`` ``[len(ids), size]``) of each world's next ``size`` numbers."""
         if not 0 < size <= CALL_STRIDE:
             raise ValueError(f"size: expected 1 to {CALL_STRIDE} draws per world and call, got {size}")
+        ob = self._open
+        if ob is not None:
+            if ids is None:
+                self._close_prefetch(ob)
+            else:
+                ids = torch.as_tensor(ids, dtype=torch.long, device=self.device)
+                bits = self._prefetched(ob, ids, size)
+                if bits is not None:
+                    return bits
         if ids is None:
             base = torch.add(self._keys, self.counters, alpha=_S_STEP)
             self.counters += 1
@@ -178,11 +262,12 @@ class WorldRNG:
         if offsets is None:
             offsets = torch.tensor([_signed((j + 1) * _GOLDEN) for j in range(size)], dtype=torch.int64, device=self.device)
             self._offsets[size] = offsets
-        z = mix(base.unsqueeze(1) + offsets)
-        return (z >> 11) & _LOW[11]
+        return _top53_(_mix_(base.unsqueeze(1) + offsets))
 
     def state_dict(self) -> dict[str, object]:
         """Seed, per-world counters and per-step stream counts, for checkpoints."""
+        if self._open is not None:
+            self._close_prefetch(self._open)
         return {"seed": self.seed, "counters": self.counters.clone(), "step_counts": dict(self.step_counts)}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -190,6 +275,54 @@ class WorldRNG:
         counters = torch.as_tensor(state["counters"]).to(dtype=torch.int64, device=self.device)
         if counters.shape != self.counters.shape:
             raise ValueError(f"rng counters: expected shape {tuple(self.counters.shape)}, got {tuple(counters.shape)}")
+        if self._open is not None:
+            self._close_prefetch(self._open)
+        plans = self._plans
         self.__init__(int(state["seed"]), counters.shape[0], self.device)  # type: ignore[misc]
+        self._plans = plans  # call patterns describe the env, not the state
         self.counters.copy_(counters)
         self.step_counts = {str(k): int(v) for k, v in dict(state.get("step_counts", {})).items()}  # type: ignore[call-overload]
+
+
+class _Plan:
+    """A recorded sequence of call sizes and the position offsets that compute all of them at once."""
+
+    def __init__(self, sizes: tuple[int, ...], device: torch.device) -> None:
+        """Offsets of call ``c``, draw ``j``: ``c * CALL_STRIDE * GOLDEN + (j + 1) * GOLDEN`` (mod 2**64)."""
+        self.sizes = sizes
+        self.starts: list[int] = []
+        offsets: list[int] = []
+        for c, size in enumerate(sizes):
+            self.starts.append(len(offsets))
+            offsets += [_signed(c * CALL_STRIDE * _GOLDEN + (j + 1) * _GOLDEN) for j in range(size)]
+        self.offsets = torch.tensor(offsets, dtype=torch.int64, device=device)
+
+
+class _Batch:
+    """An open :meth:`WorldRNG.batch`: its worlds, the plan it follows and what it has served."""
+
+    def __init__(self, ids: torch.Tensor, plan: _Plan | None) -> None:
+        """Nothing computed until the first call."""
+        self.ids = ids
+        self.plan = plan if plan is not None and plan.sizes else None
+        self.sizes: list[int] = []
+        """Sizes of the calls for these worlds so far (the next plan)."""
+        self.bits: torch.Tensor | None = None
+        self.ctr: torch.Tensor | None = None
+        self.served = 0
+        self.direct = self.plan is None
+        self._version = tensor_version(ids)
+
+    def matches(self, ids: torch.Tensor) -> bool:
+        """Whether ``ids`` is the batch's index tensor, unchanged since the batch opened."""
+        return ids is self.ids and tensor_version(ids) == self._version
+
+
+def tensor_version(t: torch.Tensor) -> int:
+    """``t``'s in-place modification count, or -1 for an inference tensor, which keeps none (a
+    cache keyed on it must then recompute).
+    """
+    try:
+        return t._version
+    except RuntimeError:
+        return -1

@@ -222,22 +222,35 @@ class ActionDelayState:
         self.env = env
         self.low, self.high = low, high
         self.depth = high + 1
-        self.rows = env.all_ids
-        self.buffer = torch.zeros(env.num_envs, self.depth, env.action_dim, dtype=torch.float64, device=env.device)
-        self.lag = torch.full((env.num_envs,), low, dtype=torch.long, device=env.device)
-        self.head = 0
+        # The observation delay's ring buffer without jitter or holds: a frame is an action here.
+        self.delay = Delay(low, high, batch=env.num_envs, device=env.device)
+        self.delay.buffer = torch.zeros(env.num_envs, self.depth, env.action_dim, dtype=torch.float64, device=env.device)
+
+    @property
+    def buffer(self) -> torch.Tensor:
+        """The last ``high + 1`` actions of every world ``[N, high + 1, A]`` (float64)."""
+        return self.delay.buffer  # type: ignore[return-value]
+
+    @property
+    def lag(self) -> torch.Tensor:
+        """Each world's lag in control steps (int64 ``[N]``)."""
+        return self.delay.lag
+
+    @property
+    def head(self) -> int:
+        """Where the newest action sits in the ring buffer."""
+        return self.delay.head
 
     def reset(self, env_ids: torch.Tensor) -> None:
         """Redraw the lags of ``env_ids`` and forget their actions (zero until new ones arrive)."""
-        self.lag[env_ids] = draw_int(self.env, env_ids, self.low, self.high)
-        self.env.record_drawn(self.key, env_ids, self.lag[env_ids])
+        lag = draw_int(self.env, env_ids, self.low, self.high)
+        self.delay.lag[env_ids] = lag
+        self.env.record_drawn(self.key, env_ids, lag)
         self.buffer[env_ids] = 0.0
 
     def __call__(self, action: torch.Tensor) -> torch.Tensor:
         """Push the policy's ``action`` ``[N, A]``; return the one each world applies now."""
-        self.head = (self.head + 1) % self.depth
-        self.buffer[:, self.head] = action
-        return self.buffer[self.rows, (self.head - self.lag) % self.depth]
+        return self.delay(action)
 
     def state_dict(self) -> dict[str, Any]:
         """Ring buffer, write position and lags."""
@@ -245,9 +258,10 @@ class ActionDelayState:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        self.buffer = state["buffer"].clone()
-        self.head = int(state["head"])
-        self.lag = state["lag"].clone()
+        d = self.delay
+        d.buffer = state["buffer"].clone()
+        d.head = int(state["head"])
+        d.lag = state["lag"].clone()
 
 
 # -- control-period jitter ---------------------------------------------------------------------
