@@ -302,7 +302,9 @@ class BatchedEnv:
         else:
             # Copy on write: a table is never changed in place, so info["drawn"] can hand out the
             # current tables without copying them every step (draws happen at resets, mostly).
-            table = table.clone()
+            # The out-of-place index_put is the clone and the write in one operation.
+            self.drawn[name] = table.index_put((env_ids,), values)
+            return
         table[env_ids] = values
         self.drawn[name] = table
 

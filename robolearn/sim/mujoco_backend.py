@@ -100,6 +100,8 @@ class MujocoBackend:
             raise RuntimeError("divergence warning slots are not contiguous in this MuJoCo build")
         self._warn_counts = b.warning[:, lo:hi, 1]  # a live view of the counters (basic slicing)
         self._written: set[str] = set()  # model fields made per-world, for checkpoints
+        self._fields: dict[str, tuple[str, bool]] = {}
+        self._dof_cols: dict[tuple[int, ...], torch.Tensor] = {}
         b.reset()
         self._warn_sum = self._warning_sum()
 
@@ -189,8 +191,11 @@ class MujocoBackend:
     def add_qvel(self, dv: torch.Tensor, env_ids: torch.Tensor, dofs: Sequence[int]) -> None:
         """Add ``dv`` to the selected velocities (an in-place write into the state rows)."""
         ids = torch.as_tensor(env_ids, dtype=torch.long)
-        cols = torch.as_tensor(list(dofs), dtype=torch.long)
-        self._qvel[ids[:, None], cols[None, :]] += dv.to(self._qvel.dtype)
+        key = tuple(dofs)
+        cols = self._dof_cols.get(key)
+        if cols is None:  # pushes name the same dofs at every firing
+            cols = self._dof_cols[key] = torch.as_tensor(list(dofs), dtype=torch.long)[None, :]
+        self._qvel[ids[:, None], cols] += dv.to(self._qvel.dtype)
 
     # -- stepping ----------------------------------------------------------------------------
     def step(self, ctrl: torch.Tensor, nstep: int | None = None) -> torch.Tensor:
@@ -258,22 +263,34 @@ class MujocoBackend:
         self, name: str, values: torch.Tensor | np.ndarray, env_ids: torch.Tensor | np.ndarray | None = None
     ) -> None:
         """Write per-world values of a model field for ``env_ids``; derived constants follow."""
-        field = resolve_field(name)
+        field, needs_const = self._field_info(name)
         ids = as_index_array(env_ids, self.num_worlds)
-        rows = self._batch.expand(field)
+        rows = self._batch.expand(field)  # the batch keeps the live view once expanded
         rows[ids] = _numpy(values, (ids.size, *rows.shape[1:]), name, broadcast=True)
         self._written.add(field)
-        if field.split(".")[-1] in mujoco.MjModel._setconst_inputs or field.startswith("opt."):
+        if needs_const:
             self._batch.set_const(ids)
+
+    def _field_info(self, name: str) -> tuple[str, bool]:
+        """The MuJoCo name of model field ``name`` and whether writing it needs ``mj_setConst``
+        (resolved once per name: events write fields at every reset).
+        """
+        info = self._fields.get(name)
+        if info is None:
+            field = resolve_field(name)
+            info = (field, field.split(".")[-1] in mujoco.MjModel._setconst_inputs or field.startswith("opt."))
+            self._fields[name] = info
+        return info
 
     def get_model_field(self, name: str) -> torch.Tensor:
         """Per-world values ``[N, ...]`` of a model field (a copy)."""
-        field = resolve_field(name)
-        rows = self._batch.expanded(field)
+        field, _ = self._field_info(name)
+        # A field this backend wrote is expanded: read the batch's live view (no re-wrapping).
+        rows = self._batch.expand(field) if field in self._written else self._batch.expanded(field)
         if rows is None:
             template = np.asarray(getattr(self.model.opt, field[4:]) if field.startswith("opt.") else getattr(self.model, field))
             rows = np.broadcast_to(template, (self.num_worlds, *template.shape))
-        return torch.tensor(np.array(rows))
+        return torch.from_numpy(np.array(rows))  # one copy, C-contiguous and writable
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, object]:
@@ -314,7 +331,7 @@ class MujocoBackend:
 def _numpy(values: torch.Tensor | np.ndarray, shape: tuple[int, ...], name: str, broadcast: bool = False) -> np.ndarray:
     """Values as float64 NumPy of ``shape``, or a ValueError naming the field and the shapes."""
     arr = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
-    if broadcast:
+    if broadcast and arr.shape != shape:
         try:
             arr = np.broadcast_to(arr, shape)
         except ValueError:

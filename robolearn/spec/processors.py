@@ -152,6 +152,17 @@ class History:
         self.window = None
 
 
+def _float64_columns(terms: Sequence[torch.Tensor], dims: tuple[int, ...]) -> bool:
+    """Whether every term value is a float64 ``[B, dim]`` of its term's width (a plain loop: this
+    runs for every group at every step).
+    """
+    f64 = torch.float64
+    for v, d in zip(terms, dims, strict=True):
+        if v.dtype is not f64 or v.ndim != 2 or v.shape[1] != d:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class _FusedPlan:
     """A flat group's processing as operations on the whole frame (see ``ObservationProcessor._fused_plan``)."""
@@ -275,9 +286,7 @@ class ObservationProcessor:
         if len(terms) != len(self.terms):
             raise ValueError(f"observations.{self.name}: expected {len(self.terms)} term values, got {len(terms)}")
         fused = self._fused
-        if fused is not None and all(
-            v.ndim == 2 and v.dtype == torch.float64 and v.shape[1] == d for v, d in zip(terms, fused.dims, strict=True)
-        ):
+        if fused is not None and _float64_columns(terms, fused.dims):
             frame = self._fused_frame(fused, terms, source)
         else:
             frame = self._term_frame(terms, source)
@@ -290,13 +299,21 @@ class ObservationProcessor:
 
     def _fused_frame(self, plan: _FusedPlan, terms: Sequence[torch.Tensor], source: RandomSource | None) -> torch.Tensor:
         """One frame from float64 ``[B, dim]`` term values by the fused plan (see :meth:`_fused_plan`)."""
+        # The last operation writes straight into the observation dtype: it computes in float64
+        # and rounds once on the store, as .to() would after it.
+        last = plan.low is None and plan.scale is None
+        noisy = plan.noise is not None and source is not None
+        if last and not noisy:
+            return torch.cat(list(terms), dim=1, out=self._out(terms[0]))
         # torch.cat copies even a single part: the in-place steps below never touch the inputs.
         frame = torch.cat(list(terms), dim=1)
-        if plan.noise is not None and source is not None:
-            kind, start, stop, scale = plan.noise
+        if noisy:
+            kind, start, stop, scale = plan.noise  # type: ignore[misc]
             # Not in place: the draw may be a view of the source's precomputed block.
-            noise = unit_noise(source, f"noise/{self.name}", kind, stop - start) * scale
+            noise = unit_noise(source, f"noise/{self.name}", kind, stop - start) * scale  # type: ignore[arg-type]
             if start == 0 and stop == frame.shape[1]:
+                if last:
+                    return torch.add(frame, noise, out=self._out(frame))
                 frame.add_(noise)
             else:
                 frame[:, start:stop] += noise
@@ -305,6 +322,10 @@ class ObservationProcessor:
         if plan.scale is not None:
             frame.mul_(plan.scale)
         return frame.to(self.dtype)
+
+    def _out(self, like: torch.Tensor) -> torch.Tensor:
+        """A new ``[B, frame width]`` tensor of the observation dtype for a frame of ``like``'s rows."""
+        return torch.empty(like.shape[0], self.group.frame_dim, dtype=self.dtype, device=like.device)
 
     def _term_frame(self, terms: Sequence[torch.Tensor], source: RandomSource | None) -> torch.Tensor:
         """One frame from the raw term values, term by term (any shapes and dtypes)."""
