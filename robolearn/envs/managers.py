@@ -193,7 +193,13 @@ class ObservationManager:
             )
         self.dims = {g: int(torch.Size(s).numel()) for g, s in self.shapes.items()}
         self._step_draws = _StepDraws(env)
-        self._plan = [(gname, group, self.processors[gname]) for gname, group in groups.items()]
+        # Per group: whether its processing records draws that later groups' terms may read (a
+        # delay with per-step jitter or holds records them; one without records nothing per step).
+        self._plan = [
+            (g, group, p, p.delay is not None and bool(getattr(p.delay, "records_draws", True)))
+            for g, group in groups.items()
+            for p in (self.processors[g],)
+        ]
 
     def term_dims(self, group: str) -> dict[str, int]:
         """Width of each term of ``group``, in concatenation order."""
@@ -213,10 +219,10 @@ class ObservationManager:
         out: dict[str, torch.Tensor] = {}
         # A term object listed in several groups (the default critic lists the policy's and the
         # privileged group's) is read once. A delay stage may record draws that a later group's
-        # terms read (mdp.drawn), so what was read before a delayed group is read again after it:
+        # terms read (mdp.drawn), so what was read before such a group is read again after it:
         # every group sees the values it would see if each read its own terms.
         seen: dict[int, torch.Tensor] = {}
-        for gname, group, proc in self._plan:
+        for gname, group, proc, records in self._plan:
             values = []
             for term in group.terms.values():
                 value = seen.get(id(term))
@@ -227,7 +233,7 @@ class ObservationManager:
                     seen[id(term)] = value
                 values.append(value)
             out[gname] = proc(values, rows if group.enable_noise else None, env_ids)
-            if proc.delay is not None:
+            if records:
                 seen.clear()
         return out
 

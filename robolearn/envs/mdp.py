@@ -22,12 +22,14 @@ Func = Callable[..., torch.Tensor]
 # -- observations ----------------------------------------------------------------------------
 def qpos(env: BatchedEnv, start: int = 0, stop: int | None = None) -> torch.Tensor:
     """Generalised positions ``qpos[:, start:stop]``."""
-    return env.sim.qpos[:, start:stop]
+    q = env.sim.qpos
+    return q if start == 0 and stop is None else q[:, start:stop]  # the whole view needs no slicing op
 
 
 def qvel(env: BatchedEnv, start: int = 0, stop: int | None = None) -> torch.Tensor:
     """Generalised velocities ``qvel[:, start:stop]``."""
-    return env.sim.qvel[:, start:stop]
+    v = env.sim.qvel
+    return v if start == 0 and stop is None else v[:, start:stop]
 
 
 def last_action(env: BatchedEnv) -> torch.Tensor:

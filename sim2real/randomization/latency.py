@@ -134,6 +134,14 @@ class ObservationDelayState:
         return self.delay.lag
 
     @property
+    def records_draws(self) -> bool:
+        """Whether a step records values in ``env.drawn`` (jittered lags, delivered ages): terms
+        read after the group (``mdp.drawn``) then see this step's values.
+        """
+        d = self.delay
+        return (d.jitter and d.low != d.high) or d.tracks_age
+
+    @property
     def age(self) -> torch.Tensor:
         """Age in steps of each world's delivered frame (int64 ``[N]``)."""
         return self.delay.age
