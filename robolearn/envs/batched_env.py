@@ -417,6 +417,19 @@ class BatchedEnv:
             # What a world holds before its first command arrives: the control of a zero action.
             self._default_ctrl = am.process(torch.zeros(1, self.action_dim, dtype=torch.float64, device=self.device)).clone()
             self._prev_ctrl = self._default_ctrl.expand(self.num_envs, -1).clone()
+        n = cfg.decimation
+        late_max = self.control_jitter.max_substeps if self.control_jitter is not None else 0
+        if self.control_jitter is not None and not am.actuated:
+            # Between two possible values of `late` every world's control is fixed, so the physics
+            # runs in max_substeps + 1 calls, not one per substep. The cuts are every value `late`
+            # can take, not those it took: no host sync, and with more than a few worlds every value
+            # occurs anyway.
+            cuts = sorted({0, n, *range(1, late_max + 1)})
+            spans = list(zip(cuts[:-1], cuts[1:], strict=True))
+        else:
+            spans = [(s, s + 1) for s in range(n)]
+        self._segments = [(start, stop, start < late_max) for start, stop in spans]
+        """``(first substep, end substep, whether late worlds still hold the previous control)``."""
 
     def _step_substeps(self, ctrl: torch.Tensor) -> torch.Tensor:
         """Advance one control step with Python between physics substeps; return diverged worlds.
@@ -424,23 +437,16 @@ class BatchedEnv:
         With control jitter, world ``i`` keeps the previous control for its first ``late[i]``
         substeps; with actuator models, their efforts are recomputed before every substep.
         """
-        am, sim, n = self.action_manager, self.sim, self.cfg.decimation
+        am, sim = self.action_manager, self.sim
         late = self.control_jitter.draw() if self.control_jitter is not None else None
         prev = self._prev_ctrl
         if late is not None:
             self._prev_ctrl = ctrl.clone()  # ctrl may be the action manager's reused buffer
         diverged: torch.Tensor | None = None
-        if late is not None and not am.actuated:
-            # Between two possible values of `late` every world's control is fixed, so the physics
-            # runs in max_substeps + 1 calls, not one per substep. The cuts are every value `late`
-            # can take, not those it took: no host sync, and with more than a few worlds every value
-            # occurs anyway.
-            cuts = sorted({0, n, *range(1, self.control_jitter.max_substeps + 1)})  # type: ignore[union-attr]
-            segments = list(zip(cuts[:-1], cuts[1:], strict=True))
-        else:
-            segments = [(s, s + 1) for s in range(n)]
-        for start, stop in segments:
-            c = ctrl if late is None else torch.where((late > start).unsqueeze(1), prev, ctrl)  # type: ignore[arg-type]
+        for start, stop, mixed in self._segments:
+            # Only a segment that starts before the latest possible arrival mixes old and new
+            # controls; after it every world has the new one (the where would select ctrl anyway).
+            c = torch.where((late > start).unsqueeze(1), prev, ctrl) if mixed else ctrl  # type: ignore[operator, arg-type]
             if am.actuated:
                 c = am.actuate(c, sim.qpos, sim.qvel)
             d = sim.step(c, nstep=stop - start)
