@@ -16,13 +16,19 @@ run) happen inside every timed window at their steady-state rate. A rate is the 
 rounds; a ratio the median of per-round ratios to ``plain``.
 
     python benchmarks/dr_overhead.py [--sizes 64 256] [--seconds 4] [--rounds 8] [--threads 2]
+
+``--profile STEPS`` instead profiles ``STEPS`` steps of ``plain`` and ``dr_no_jitter`` at each N with
+cProfile and prints the top functions by cumulative time, in microseconds per env step (inflated
+by the profiler's per-call cost, so compare the two columns, not against the timed rates).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import platform
+import pstats
 import statistics
 import time
 
@@ -66,6 +72,12 @@ class Runner:
         self.env.episode_length[:] = torch.arange(n) * self.env.max_episode_length // n  # staggered ends
         self.t = 0
 
+    def steps(self, count: int) -> None:
+        """Step ``count`` times."""
+        for _ in range(count):
+            self.env.step(self.actions[self.t % 64])
+            self.t += 1
+
     def run(self, seconds: float) -> float:
         """Env steps per second over about ``seconds``."""
         steps, start = 0, time.perf_counter()
@@ -77,6 +89,40 @@ class Runner:
         return steps * self.env.num_envs / (time.perf_counter() - start)
 
 
+def _label(key: tuple[str, int, str]) -> str:
+    """``module:line(function)`` of a pstats key (built-ins as pstats names them)."""
+    path, line, func = key
+    if path == "~":
+        return func
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+    if "site-packages" in path:
+        path = path.split("site-packages" + os.sep, 1)[1]
+    elif path.startswith(root + os.sep):
+        path = os.path.relpath(path, root)
+    return f"{path.replace(os.sep, '/')}:{line}({func})"
+
+
+def profile(n: int, threads: int, seed: int, steps: int, top: int) -> None:
+    """Print the ``top`` functions of ``dr_no_jitter`` by cumulative time per step, beside ``plain``'s."""
+    per_step: dict[str, dict[str, tuple[float, float]]] = {}
+    for name in ("plain", "dr_no_jitter"):
+        runner = Runner(name, n, threads, seed)
+        runner.steps(50)  # warm-up: streams' blocks, plans of the reset draws
+        prof = cProfile.Profile()
+        prof.enable()
+        runner.steps(steps)
+        prof.disable()
+        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        per_step[name] = {_label(k): (v[1] / steps, v[3] / steps * 1e6) for k, v in stats.items()}
+    dr, plain = per_step["dr_no_jitter"], per_step["plain"]
+    print(f"\nN = {n}, {steps} steps each under cProfile: cumulative microseconds per env step\n")
+    print("| function | calls/step | DR w/o jitter us/step | plain us/step |")
+    print("|---|---:|---:|---:|")
+    for label, (calls, cum) in sorted(dr.items(), key=lambda kv: -kv[1][1])[:top]:
+        other = plain.get(label)
+        print(f"| `{label}` | {calls:.2f} | {cum:.0f} | {'' if other is None else f'{other[1]:.0f}'} |")
+
+
 def main() -> None:
     """Time the variants and print a markdown table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,9 +131,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS", help="profile instead of timing (see above)")
+    p.add_argument("--top", type=int, default=25, help="functions listed by --profile")
     args = p.parse_args()
     torch.set_num_threads(1)
     robolearn.list_tasks()  # the task families register on first use
+    if args.profile:
+        for n in args.sizes:
+            profile(n, args.threads, args.seed, args.profile, args.top)
+        return
     names = ["plain", "events", "latency", "jitter", "dr_no_jitter", "dr"]
     print(
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, threads={args.threads}; "

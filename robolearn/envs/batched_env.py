@@ -466,10 +466,8 @@ class BatchedEnv:
     def _splice_obs(self, obs: Obs, ids: torch.Tensor) -> Obs:
         """A copy of ``obs`` whose rows ``ids`` are recomputed at the worlds' current state."""
         fresh = self.observation_manager.compute(ids)
-        out = {g: t.clone() for g, t in obs.items()}
-        for g, t in fresh.items():
-            out[g][ids] = t
-        return out
+        # The out-of-place index_put is the copy and the write in one operation.
+        return {g: t.index_put((ids,), fresh[g]) if g in fresh else t.clone() for g, t in obs.items()}
 
     def _episode_stats(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Returns, lengths, per-term sums and (if the task defines it) success of the episodes
