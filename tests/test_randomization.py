@@ -1,6 +1,6 @@
 """Domain-randomisation events on real MuJoCo physics: draws, arithmetic, reproducibility, partial
-resets, distributions, effects on the dynamics, pushes and wrenches, validation, and the path of
-every draw to the privileged observations and ``info``.
+resets, distributions, effects on the dynamics, pushes and wrenches, validation when a term is
+built, and the path of every draw to the privileged observations and ``info``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import robolearn
 from robolearn.envs import (
     ActionTerm,
     BatchedEnv,
@@ -22,8 +23,8 @@ from robolearn.envs import (
     mdp,
     task_cfg,
 )
-from robolearn.sim2real.randomization.events import (
-    GAUSSIAN_CLIP,
+from robolearn.sim2real.randomization import (
+    EventTermBase,
     apply_external_wrench,
     joint_noise_state,
     push_by_velocity,
@@ -31,6 +32,12 @@ from robolearn.sim2real.randomization.events import (
     randomize_motor_strength,
     randomize_pd_gains,
 )
+from robolearn.sim2real.randomization.common import GAUSSIAN_CLIP
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tasks() -> None:
+    robolearn.list_tasks()  # task families register on first use
 
 
 def _env(task: str, n: int, seed: int = 0, backend: str = "mujoco", **events: EventTerm) -> BatchedEnv:
@@ -235,7 +242,7 @@ def test_push_changes_qvel_by_exactly_the_draw():
     env = _env("HalfCheetah", 4, seed=0)
     before = env.sim.qvel.clone()
     ids = torch.tensor([1, 3])
-    push_by_velocity(env, ids, velocity_range={"rootx": (-1.0, 1.0), "bthigh": (2.0, 3.0)})
+    push_by_velocity(env, velocity_range={"rootx": (-1.0, 1.0), "bthigh": (2.0, 3.0)})(env, ids)
     dv = env.drawn["push"][ids]
     assert ((dv[:, 0].abs() <= 1) & (dv[:, 1] >= 2) & (dv[:, 1] <= 3)).all()
     delta = env.sim.qvel - before
@@ -244,7 +251,7 @@ def test_push_changes_qvel_by_exactly_the_draw():
     assert (delta == 0).all()
     ant = _env("Ant", 2, seed=0)
     before = ant.sim.qvel.clone()
-    push_by_velocity(ant, torch.arange(2), velocity_range=(0.5, 1.0), dofs=["root/x", "root/wz"])
+    push_by_velocity(ant, velocity_range=(0.5, 1.0), dofs=["root/x", "root/wz"])(ant, torch.arange(2))
     torch.testing.assert_close((ant.sim.qvel - before)[:, [0, 5]], ant.drawn["push"], rtol=0, atol=1e-12)
 
 
@@ -269,7 +276,7 @@ def test_interval_push_through_the_env_on_both_backends():
 
 def test_external_wrench_persists_moves_the_body_and_resets():
     env, twin = _env("Cartpole-Balance", 3, seed=0), _env("Cartpole-Balance", 3, seed=0)
-    apply_external_wrench(env, torch.arange(3), body="cart", force_range=[(5.0, 10.0), (0.0, 0.0), (0.0, 0.0)])
+    apply_external_wrench(env, body="cart", force_range=[(5.0, 10.0), (0.0, 0.0), (0.0, 0.0)])(env, torch.arange(3))
     w = env.drawn["wrench/cart"]
     assert w.shape == (3, 6) and ((w[:, 0] >= 5) & (w[:, 0] <= 10)).all() and (w[:, 1:] == 0).all()
     cart = env.model.body("cart").id
@@ -365,6 +372,20 @@ BAD_CONFIGS = [
     (EventTerm(apply_external_wrench, mode="interval", params={"body": "cart", "force_range": [(0, 1), (0, 1)]}),
      r"events\.x\.force_range: expected \(low, high\) or three \(low, high\) pairs"),
     (EventTerm(apply_external_wrench, mode="startup", params={"body": "cart"}), r"events\.x\.mode: apply_external_wrench needs mode 'interval'"),
+    # Numbers are numbers: a bool or a NaN is refused, not coerced.
+    (_f(range=(True, 2.0)), r"events\.x\.range: expected a pair of numbers, got \(True, 2\.0\)"),
+    (_f(range=(0.8, math.nan)), r"events\.x\.range: expected finite numbers, got \(0\.8, nan\)"),
+    (EventTerm(randomize_pd_gains, params={"kp_range": (0.8, 1.2), "kd_range": (0.8, 1.2), "shared": "axes"}),
+     r"events\.x\.shared: expected True or False, got 'axes'"),
+    (EventTerm(randomize_motor_strength, params={"range": (0.9, 1.1), "shared": 1}), r"events\.x\.shared: expected True or False, got 1"),
+    (EventTerm(randomize_field, params={"range": (0.8, 1.2)}), r"events\.x\.params: missing a required argument: 'field'"),
+    (EventTerm(push_by_velocity, mode="interval", interval_range_s=(0.1, math.inf), params={"velocity_range": (0.0, 1.0)}),
+     r"events\.x\.interval_range_s\[1\]: expected a finite number, got inf"),
+    (EventTerm(push_by_velocity, mode="interval", interval_range_s=(0.0, 1.0), params={"velocity_range": (0.0, 1.0)}),
+     r"events\.x\.interval_range_s\[0\]: expected a number > 0, got 0\.0"),
+    (EventTerm(randomize_field, mode="sometimes", params={"field": "mass", "range": (0.8, 1.2)}),
+     r"events\.x\.mode: expected startup, reset or interval, got 'sometimes'"),
+    (EventTerm("randomize_field"), r"events\.x\.func: expected an event class or a function"),
 ]
 
 
@@ -375,6 +396,37 @@ def test_every_bad_config_fails_at_construction_naming_the_param(event, message)
     cfg.events["x"] = event
     with pytest.raises(ValueError, match=message):
         BatchedEnv(cfg, 2, seed=0)
+
+
+def test_a_term_is_built_once_with_the_env_and_validates_its_parameters_when_built():
+    env = _env("Cartpole-Balance", 4, seed=0, mass=_f(elements="pole", range=(0.5, 2.0)))
+    term = env.event_manager.calls["mass"]
+    assert isinstance(term, randomize_field) and isinstance(term, EventTermBase)
+    assert term.where == "events.mass" and term.mode == "reset"
+    for _ in range(2):
+        _truncate(env, [0, 2])
+    assert env.event_manager.calls["mass"] is term  # resets fire the built term; nothing is rebuilt
+    # Built on its own (outside an env's event manager) a term checks the same, under its own name.
+    with pytest.raises(ValueError, match=r"^randomize_field\.range: inverted range"):
+        randomize_field(env, field="mass", range=(1.2, 0.8))
+    with pytest.raises(ValueError, match=r"^push_by_velocity\.mode: push_by_velocity needs mode 'interval', got 'reset'"):
+        push_by_velocity(env, velocity_range=(0.0, 1.0), mode="reset")
+    # A gaussian (mean 1, std 0.4) clipped at 3 std reaches 1 - 3 * 0.4 = -0.2: checked at its extremes.
+    with pytest.raises(ValueError, match=r"^randomize_motor_strength\.range: a strength factor must stay >= 0 .* reaches -0\.2"):
+        randomize_motor_strength(env, range=(1.0, 0.4), distribution="gaussian")
+    randomize_motor_strength(env, range=(1.0, 0.3), distribution="gaussian")  # reaches 0.1: accepted
+
+
+def test_a_plain_function_event_is_called_with_its_params_for_the_resetting_worlds():
+    calls: list[tuple[list[int], float]] = []
+
+    def tag(env: BatchedEnv, env_ids: torch.Tensor, *, value: float) -> None:
+        calls.append((env_ids.tolist(), value))
+
+    env = _env("Cartpole-Balance", 4, seed=0, tag=EventTerm(tag, mode="reset", params={"value": 2.5}))
+    assert calls == [([0, 1, 2, 3], 2.5)]
+    _truncate(env, [1, 3])
+    assert calls[-1] == ([1, 3], 2.5)
 
 
 def test_inertia_scaled_per_body_is_accepted():

@@ -7,6 +7,9 @@ per-operation overhead, not the arithmetic, is what competes with the physics.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +30,7 @@ from robolearn.envs.cfg import (
 )
 from robolearn.envs.spec import obs_group_spec
 from robolearn.envs.sync import host_nonzero
+from robolearn.envs.validate import check_interval
 from robolearn.sim.names import names_of
 from robolearn.spec import ObsGroupSpec
 from robolearn.spec.processors import ActionProcessor, ObservationProcessor
@@ -468,29 +472,50 @@ class TerminationManager:
 
 
 class EventManager:
-    """Runs start-up, reset and interval events."""
+    """Runs start-up, reset and interval events.
+
+    A term's ``func`` is either a function ``(env, env_ids, **params) -> None``, called with its
+    params at every firing, or a class: a term built once, here, as ``func(env, where="events.<name>",
+    mode=<mode>, **params)``, whose constructor checks the parameters against the env's model and
+    resolves everything a firing needs; the instance is then called as ``(env, env_ids)`` (the
+    randomisation terms of ``robolearn.sim2real.randomization`` are such classes). A built term
+    may list what it writes in a ``writes`` set of short descriptions (``writes body_mass[cart, 0]``,
+    ``records its draws under 'push'``): two terms that list the same entry are refused, since each
+    writes from the template model and the later would silently undo the earlier.
+    """
 
     def __init__(self, env: BatchedEnv, terms: dict[str, EventTerm]) -> None:
-        """Validate modes (and each term's parameters, if its function has a ``validate``
-        ``(env, name, **params)``) and prepare per-world interval timers, before any event runs.
+        """Check modes and intervals, build every term and prepare per-world interval timers,
+        before any event runs.
         """
         self.env = env
-        for name, term in terms.items():
-            validate = getattr(term.func, "validate", None)
-            if callable(validate):
-                validate(env, f"events.{name}", **term.params)
+        self.terms = terms
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """Build (again) every term against the env's current template model: class terms take
+        their base values from it when built, so a change of the template (the sim2sim gate scales
+        it) needs a rebuild to reach them. Interval timers restart at zero; a reset rearms them.
+        """
+        env = self.env
+        calls: dict[str, Callable[[BatchedEnv, torch.Tensor], None]] = {}
+        for name, term in self.terms.items():
+            where = f"events.{name}"
             if term.mode not in ("startup", "reset", "interval"):
-                raise ValueError(f"events.{name}.mode: expected startup, reset or interval, got {term.mode!r}")
-            lo, hi = term.interval_range_s
-            if term.mode == "interval" and not 0 < lo <= hi:
-                raise ValueError(f"events.{name}.interval_range_s: expected 0 < low <= high, got {term.interval_range_s}")
-        self.by_mode = {m: {k: t for k, t in terms.items() if t.mode == m} for m in ("startup", "reset", "interval")}
+                raise ValueError(f"{where}.mode: expected startup, reset or interval, got {term.mode!r}")
+            if term.mode == "interval":
+                check_interval(f"{where}.interval_range_s", term.interval_range_s)
+            calls[name] = _event_call(env, where, term)
+        _check_writes(calls)
+        self.calls = calls
+        """Each term's firing ``(env, env_ids)``: the built class term, or the function with its params."""
+        self.by_mode = {m: {k: t for k, t in self.terms.items() if t.mode == m} for m in ("startup", "reset", "interval")}
         self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64, device=env.device) for k in self.by_mode["interval"]}
 
     def apply(self, mode: str, env_ids: torch.Tensor) -> None:
         """Run every event of ``mode`` on ``env_ids``."""
-        for term in self.by_mode[mode].values():
-            term.func(self.env, env_ids, **term.params)
+        for name in self.by_mode[mode]:
+            self.calls[name](self.env, env_ids)
         if mode == "reset":
             for name in self.timers:
                 self._rearm(name, env_ids)
@@ -515,8 +540,37 @@ class EventManager:
             due_mask = timer <= 0
             due = host_nonzero(due_mask)  # a host sync: the event draws for the due worlds only
             if due is not None:
-                term.func(env, due, **term.params)
+                self.calls[name](env, due)
                 torch.where(due_mask, fresh, timer, out=timer)
+
+
+def _event_call(env: BatchedEnv, where: str, term: EventTerm) -> Callable[[BatchedEnv, torch.Tensor], None]:
+    """A term's firing ``(env, env_ids)``: a class term built (and so validated) now, or the
+    function bound to its params.
+    """
+    func = term.func
+    if isinstance(func, type):
+        try:  # the parameters a class does not take, or a required one missing, named as params
+            inspect.signature(func).bind(env, where=where, mode=term.mode, **term.params)
+        except TypeError as exc:
+            raise ValueError(f"{where}.params: {exc}") from None
+        return func(env, where=where, mode=term.mode, **term.params)
+    if not callable(func):
+        raise ValueError(f"{where}.func: expected an event class or a function (env, env_ids, **params), got {func!r}")
+    return functools.partial(func, **term.params)
+
+
+def _check_writes(calls: dict[str, Any]) -> None:
+    """Refuse two built terms that list the same entry in ``writes`` (the later would undo the earlier)."""
+    declared = [(name, frozenset(getattr(call, "writes", ()) or ())) for name, call in calls.items()]
+    for i, (first, mine) in enumerate(declared):
+        for second, theirs in declared[i + 1 :]:
+            common = mine & theirs
+            if common:
+                raise ValueError(
+                    f"events.{first}: {min(common)}, and so does events.{second}; one would undo the other "
+                    "(merge them into one event, or give each a distinct name)"
+                )
 
 
 class CommandManager:

@@ -1,7 +1,9 @@
 """Domain randomisation, latency, noise and actuator models for the batched env.
 
-* :mod:`.events`: event terms over per-world model fields and state (masses, friction, damping,
-  gains, motor strength, gravity; pushes, wrenches, initial-state noise), validated at build time.
+* Event terms, classes validated when the env is built (:mod:`.common`): model-field draws incl.
+  PD gains and motor strength (:mod:`.fields`), pushes and wrenches (:mod:`.pushes`), per-joint
+  initial-state noise (:mod:`.initial_state`); :mod:`.events` lists them all.
+* :mod:`.perturbations`: the sim2sim gate's model shifts, the same operations with fixed values.
 * :mod:`.latency`: observation delay (lag, jitter, hold), action delay, control-period jitter.
 * :mod:`.actuators`: ideal PD, DC motor with a torque-speed envelope, delayed PD, per substep.
 
@@ -10,21 +12,22 @@ Every value drawn is per world, reproducible from the env's seed, and recorded i
 """
 
 from robolearn.sim2real.randomization.actuators import DCMotor, DelayedPD, IdealPD
-from robolearn.sim2real.randomization.events import (
-    apply_external_wrench,
-    joint_noise_state,
-    push_by_velocity,
+from robolearn.sim2real.randomization.common import EventTermBase
+from robolearn.sim2real.randomization.fields import (
     randomize_field,
     randomize_motor_strength,
     randomize_pd_gains,
 )
+from robolearn.sim2real.randomization.initial_state import joint_noise_state
 from robolearn.sim2real.randomization.latency import ActionDelay, ControlJitter, ObservationDelay
+from robolearn.sim2real.randomization.pushes import apply_external_wrench, push_by_velocity
 
 __all__ = [
     "ActionDelay",
     "ControlJitter",
     "DCMotor",
     "DelayedPD",
+    "EventTermBase",
     "IdealPD",
     "ObservationDelay",
     "apply_external_wrench",
