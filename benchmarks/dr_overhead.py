@@ -20,17 +20,23 @@ rounds; a ratio the median of per-round ratios to ``plain``.
 ``--profile STEPS`` instead profiles ``STEPS`` steps of ``plain`` and ``dr_no_jitter`` at each N with
 cProfile and prints the top functions by cumulative time, in microseconds per env step (inflated
 by the profiler's per-call cost, so compare the two columns, not against the timed rates).
+``--sections STEPS`` times sections of the step (physics, observations, events, resets ...) in
+CPU time of the stepping thread (``time.thread_time``: time the process waits for a core on a
+loaded machine is not counted), ``STEPS`` per round and variant, interleaved over ``--rounds``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import os
 import platform
 import pstats
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import mujoco
 import torch
@@ -123,6 +129,60 @@ def profile(n: int, threads: int, seed: int, steps: int, top: int) -> None:
         print(f"| `{label}` | {calls:.2f} | {cum:.0f} | {'' if other is None else f'{other[1]:.0f}'} |")
 
 
+SECTIONS = (
+    ("physics", "sim", "step"),
+    ("observations (incl. reset rows)", "observation_manager", "compute"),
+    ("interval events", "event_manager", "step"),
+    ("resets (incl. reset events)", "", "_reset_worlds"),
+    ("reset events", "event_manager", "apply"),
+    ("reward", "reward_manager", "compute"),
+    ("action check", "", "_check_action"),
+    ("action delay", "", "action_delay"),
+)
+"""``(label, attribute of the env holding it or "" for the env, method)`` of each timed section."""
+
+
+def _timed(totals: dict[str, float], label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` adding its CPU time to ``totals[label]``."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            totals[label] = totals.get(label, 0.0) + time.thread_time() - start
+
+    return wrapper
+
+
+def sections(n: int, threads: int, seed: int, steps: int, rounds: int) -> None:
+    """Print CPU microseconds per step of each section for ``plain``, ``events``, ``latency`` and ``dr_no_jitter``."""
+    names = ["plain", "events", "latency", "dr_no_jitter"]
+    runners, totals = {}, {}
+    for name in names:
+        runner, acc = Runner(name, n, threads, seed), {}
+        env = runner.env
+        for label, owner, method in SECTIONS:
+            obj = getattr(env, owner) if owner else env
+            if getattr(obj, method, None) is not None:
+                setattr(obj, method, _timed(acc, label, getattr(obj, method)))
+        env.step = _timed(acc, "total", env.step)  # type: ignore[method-assign]
+        runner.steps(50)
+        acc.clear()
+        runners[name], totals[name] = runner, acc
+    for i in range(rounds):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            runners[name].steps(steps)
+    per = {name: {k: v / (steps * rounds) * 1e6 for k, v in totals[name].items()} for name in names}
+    print(f"\nN = {n}: CPU microseconds per env step ({rounds} rounds x {steps} steps per variant)\n")
+    print("| section | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for label in ["total", *(s[0] for s in SECTIONS)]:
+        print(f"| {label} | " + " | ".join(f"{per[name].get(label, 0.0):.0f}" for name in names) + " |")
+    print("| ratio to plain (total) | " + " | ".join(f"{per['plain']['total'] / per[name]['total']:.3f}" for name in names) + " |")
+
+
 def main() -> None:
     """Time the variants and print a markdown table."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -133,12 +193,17 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", type=int, default=0, metavar="STEPS", help="profile instead of timing (see above)")
     p.add_argument("--top", type=int, default=25, help="functions listed by --profile")
+    p.add_argument("--sections", type=int, default=0, metavar="STEPS", help="time sections instead (see above)")
     args = p.parse_args()
     torch.set_num_threads(1)
     robolearn.list_tasks()  # the task families register on first use
     if args.profile:
         for n in args.sizes:
             profile(n, args.threads, args.seed, args.profile, args.top)
+        return
+    if args.sections:
+        for n in args.sizes:
+            sections(n, args.threads, args.seed, args.sections, args.rounds)
         return
     names = ["plain", "events", "latency", "jitter", "dr_no_jitter", "dr"]
     print(
