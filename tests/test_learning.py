@@ -15,7 +15,10 @@ import pytest
 
 def _train(experiment: str, run: object) -> dict:
     cmd = [sys.executable, "-m", "robolearn.cli.main", "train", f"experiment={experiment}", f"run_dir={run}",
-           "runner.video=false", "runner.console=false"]
+           "runner.video=false", "runner.console=false",
+           # one torch thread: torch's default (every core) is several times slower on a loaded
+           # machine, which took this test past its 600 s timeout while two other jobs ran
+           "torch_threads=1"]
     subprocess.run(cmd, check=True, timeout=1200)
     return json.loads((run / "summary.json").read_text())
 
