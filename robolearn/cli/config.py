@@ -200,13 +200,30 @@ class Perturbation:
     """Pass if the mean return is at least this (instead of a ratio)."""
 
     def __post_init__(self) -> None:
-        """Reject values that cannot describe a condition."""
-        if not self.timestep_scale > 0:
-            raise ConfigError(f"timestep_scale: expected a positive factor, got {self.timestep_scale}")
+        """Reject values that cannot describe a condition (types and ranges; whether a field factor
+        suits the task's model is checked against the model, before any rollout, by the gate).
+        """
+
+        def real(value: Any) -> bool:  # a bool is an int to Python: refused, not coerced
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        if not (real(self.timestep_scale) and self.timestep_scale > 0):
+            raise ConfigError(f"timestep_scale: expected a finite positive factor, got {self.timestep_scale!r}")
         if self.integrator is not None and self.integrator not in INTEGRATORS:
             raise ConfigError(f"integrator: unknown {self.integrator!r}; valid choices: {', '.join(INTEGRATORS)}")
-        if self.action_delay < 0 or self.obs_delay < 0:
-            raise ConfigError(f"action_delay/obs_delay: expected >= 0 control steps, got {self.action_delay}/{self.obs_delay}")
+        if not isinstance(self.fields, dict):
+            raise ConfigError(f"fields: expected a mapping of model field to factor, got {self.fields!r}")
+        for name, factor in self.fields.items():
+            if not real(factor):
+                raise ConfigError(f"fields.{name}: expected a finite number, got {factor!r}")
+        for key in ("action_delay", "obs_delay"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{key}: expected an integer >= 0 control steps, got {value!r}")
+        if self.min_ratio is not None and not (real(self.min_ratio) and self.min_ratio > 0):
+            raise ConfigError(f"min_ratio: expected a finite number > 0, got {self.min_ratio!r}")
+        if self.min_return is not None and not real(self.min_return):
+            raise ConfigError(f"min_return: expected a finite number, got {self.min_return!r}")
 
 
 @dataclass
@@ -234,13 +251,31 @@ class Sim2SimConfig:
     out: str | None = None
     """Where the JSON report goes; ``None``: ``<run>/sim2sim.json``."""
 
+    def __post_init__(self) -> None:
+        """Reject counts and thresholds that cannot work, before anything is loaded or run."""
+        for key, least in (("episodes", 1), ("num_envs", 1), ("seed", 0)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"{key}: expected an integer >= {least}, got {value!r}")
+        ratio = self.min_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < math.inf:
+            raise ConfigError(f"min_ratio: expected a finite number > 0, got {ratio!r}")
+
     def conditions(self) -> dict[str, Perturbation]:
         """The perturbations as dataclasses, checked (unknown keys and bad values named)."""
         names = list(self.perturbations) if self.only is None else list(self.only)
         unknown = [n for n in names if n not in self.perturbations]
         if unknown:
             raise ConfigError(f"only: unknown perturbation(s) {unknown}; defined: {', '.join(self.perturbations)}")
-        return {n: to_dataclass(Perturbation, self.perturbations[n] or {}, f"perturbations.{n}") for n in names}
+        out: dict[str, Perturbation] = {}
+        for n in names:
+            where = f"perturbations.{n}"
+            try:
+                out[n] = to_dataclass(Perturbation, self.perturbations[n] or {}, where)
+            except ConfigError as exc:  # a value Perturbation refuses is named without its place: add it
+                message = str(exc)
+                raise ConfigError(message if message.startswith(where) else f"{where}.{message}") from None
+        return out
 
 
 def plain(cfg: DictConfig) -> dict[str, Any]:

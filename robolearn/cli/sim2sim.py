@@ -7,16 +7,26 @@ ranges, and added latency. Each perturbation passes when its mean return reaches
 (a fraction of the nominal return, or an absolute return); the command prints a pass/fail table,
 writes ``<run>/sim2sim.json`` and exits with status 1 when anything fails.
 
-Every condition is evaluated with the same seed, so the worlds start from the same states and the
-difference between rows is the perturbation's. Perturbed model fields are written into the
-template model too, so a task's own randomisation events (which draw around the template's
-values) compose with the perturbation instead of undoing it.
+Each perturbation means what the randomisation module means by it (one definition each):
+
+* field factors and ``motor_strength`` are :mod:`robolearn.sim2real.randomization.perturbations`:
+  ``randomize_field``'s scaling and ``randomize_motor_strength``'s force scaling with one fixed
+  value, under the same checks (a negative mass or strength is refused);
+* added latency is the env's own :class:`~robolearn.sim2real.randomization.latency.ActionDelay`
+  and :class:`~robolearn.sim2real.randomization.latency.ObservationDelay` (on every deployable
+  observation group), set through the task config and added to the task's own lags.
+
+Every perturbation is checked against the task's model before the first rollout. Every condition
+is evaluated by the one rollout loop (:func:`robolearn.runners.rollout.rollout`) with the same
+seed, so the worlds start from the same states and the difference between rows is the
+perturbation's. Perturbed model fields are written into the template model too, so a task's own
+randomisation events (which draw around the template's values) compose with the perturbation
+instead of undoing it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -24,23 +34,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import robolearn
 from robolearn.cli.build import flatten_overrides, load_policy
 from robolearn.cli.config import INTEGRATORS, ConfigError, Perturbation, Sim2SimConfig
-from robolearn.envs import BatchedEnv
-from robolearn.sim.backend import resolve_field
+from robolearn.envs import BatchedEnv, TaskCfg
+from robolearn.runners.rollout import rollout
+from robolearn.sim2real.randomization.latency import ActionDelay, ObservationDelay
+from robolearn.sim2real.randomization.perturbations import check_model_shift, shift_model
+from robolearn.types import DEPLOYABLE_GROUPS
 
 Act = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
 """A policy: observation groups ``[N, ...]`` to actions ``[N, A]``."""
 MakeEnv = Callable[[dict[str, Any]], BatchedEnv]
-"""Builds the task's env with extra task-config overrides (``timestep``, ``decimation`` ...)."""
-
-MOTOR_STRENGTH = "motor_strength"
-"""Pseudo-field: scales each actuator's whole force (gain and, for servos, the position and
-velocity bias terms together), which ``actuator_gain`` alone would not for a PD servo."""
+"""Builds the task's env with extra task-config overrides (``timestep``, ``decimation``, delays ...)."""
 
 
 @dataclass
@@ -79,7 +87,7 @@ def describe(p: Perturbation) -> str:
 
 
 def task_overrides(p: Perturbation, timestep: float, decimation: int) -> dict[str, Any]:
-    """Task-config overrides of a perturbation: timestep and decimation (control rate kept)."""
+    """Task-config overrides of a perturbation's timestep: timestep and decimation (control rate kept)."""
     if p.timestep_scale == 1.0:
         return {}
     new = decimation / p.timestep_scale
@@ -91,106 +99,75 @@ def task_overrides(p: Perturbation, timestep: float, decimation: int) -> dict[st
     return {"timestep": timestep * p.timestep_scale, "decimation": int(round(new))}
 
 
-def apply_model_changes(env: BatchedEnv, p: Perturbation) -> None:
-    """Write the perturbation's integrator and field factors into every world and into the
-    template model, then reset every world so events and initial states see the new model.
+def latency_overrides(p: Perturbation, cfg: TaskCfg) -> dict[str, Any]:
+    """Task-config overrides that add the perturbation's latency to the task's own latency models.
+
+    ``action_delay = k`` shifts the task's :class:`ActionDelay` lag range by ``k`` control steps
+    (``(k, k)`` if it has none); ``obs_delay = k`` does the same to the :class:`ObservationDelay`
+    of every deployable observation group (what the policy reads), keeping its jitter and holds.
+    A world that starts an episode has no action pending and sees its fresh observation, as with
+    the task's own delays.
     """
-    changes: dict[str, np.ndarray] = {}
-    if p.integrator is not None:
-        changes["opt.integrator"] = np.asarray(INTEGRATORS[p.integrator])
-    for name, factor in p.fields.items():
-        if name == MOTOR_STRENGTH:
-            changes["actuator_gainprm"] = env.model.actuator_gainprm.copy()
-            changes["actuator_gainprm"][:, 0] *= factor
-            changes["actuator_biasprm"] = env.model.actuator_biasprm.copy()
-            changes["actuator_biasprm"][:, :3] *= factor
-            continue
-        try:
-            field = resolve_field(name)
-        except ValueError as exc:
-            raise ConfigError(f"fields.{name}: {exc}; or {MOTOR_STRENGTH!r}") from exc
-        base = _template(env.model, field)
-        changes[field] = np.asarray(base * factor)
-    for field, value in changes.items():
-        _set_template(env.model, field, value)
-        env.sim.set_model_field(field, torch.as_tensor(value).expand(env.num_envs, *np.shape(value)).clone())
-    env.reset()
+    out: dict[str, Any] = {}
+    if p.action_delay:
+        own = cfg.action_delay
+        if own is not None and not isinstance(own, ActionDelay):
+            raise ConfigError(f"action_delay: the task's action delay is a {type(own).__name__}, not an ActionDelay; "
+                              "the gate cannot add steps to it")
+        lo, hi = own.lag_range if own is not None else (0, 0)
+        out["action_delay"] = ActionDelay(lag_range=(lo + p.action_delay, hi + p.action_delay))
+    if p.obs_delay:
+        for group in DEPLOYABLE_GROUPS:
+            if group not in cfg.observations:
+                continue
+            own_obs = cfg.observations[group].delay
+            if own_obs is None:
+                own_obs = ObservationDelay()
+            elif not isinstance(own_obs, ObservationDelay):
+                raise ConfigError(f"obs_delay: observations.{group}.delay is a {type(own_obs).__name__}, not an "
+                                  "ObservationDelay; the gate cannot add steps to it")
+            lo, hi = own_obs.lag_range
+            out[f"observations__{group}__delay"] = ObservationDelay(
+                lag_range=(lo + p.obs_delay, hi + p.obs_delay), jitter=own_obs.jitter, hold_prob=own_obs.hold_prob
+            )
+    return out
 
 
-def _template(model: Any, field: str) -> np.ndarray:
-    return np.array(getattr(model.opt, field[4:]) if field.startswith("opt.") else getattr(model, field))
-
-
-def _set_template(model: Any, field: str, value: np.ndarray) -> None:
-    if field.startswith("opt."):
-        setattr(model.opt, field[4:], value.item() if value.ndim == 0 else value)
-    else:
-        getattr(model, field)[...] = value
-
-
-class Latency:
-    """Added latency around a policy: its observations ``obs_delay`` control steps stale and its
-    actions applied ``action_delay`` steps late, per world. A world that starts a new episode sees
-    its fresh observation repeated and has zero actions pending (nothing carries across episodes).
+def condition_overrides(name: str, p: Perturbation, nominal: BatchedEnv) -> dict[str, Any]:
+    """Check perturbation ``name`` against the nominal env (timestep, model fields, latency models)
+    and return the task-config overrides of its env; errors name ``perturbations.<name>.<field>``.
     """
-
-    def __init__(self, act: Act, num_envs: int, action_dim: int, action_delay: int, obs_delay: int) -> None:
-        """Wrap ``act`` for ``num_envs`` worlds."""
-        self.act = act
-        self.action_delay = int(action_delay)
-        self.obs_delay = int(obs_delay)
-        self._obs: list[dict[str, torch.Tensor]] = []
-        self._actions = [torch.zeros(num_envs, action_dim) for _ in range(self.action_delay)]
-
-    def start(self, obs: Mapping[str, torch.Tensor]) -> None:
-        """Fill the observation window with the first observation of every world."""
-        self._obs = [{k: v.clone() for k, v in obs.items()} for _ in range(self.obs_delay)]
-
-    def __call__(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """The action to apply now: chosen ``action_delay`` steps ago from an observation
-        ``obs_delay`` steps old.
-        """
-        self._obs.append({k: v.clone() for k, v in obs.items()})
-        seen = self._obs.pop(0)
-        chosen = self.act(seen)
-        if not self.action_delay:
-            return chosen
-        self._actions.append(chosen.detach().to(self._actions[0].dtype))
-        return self._actions.pop(0).to(chosen.dtype)
-
-    def restart(self, ids: torch.Tensor, obs: Mapping[str, torch.Tensor]) -> None:
-        """Worlds ``ids`` began new episodes with observation ``obs``: reset their windows."""
-        for frame in self._obs:
-            for k, v in obs.items():
-                frame[k][ids] = v[ids]
-        for pending in self._actions:
-            pending[ids] = 0.0
+    try:
+        check_model_shift(nominal.model, p.fields, f"perturbations.{name}.fields")
+        return {
+            **task_overrides(p, float(nominal.model.opt.timestep), int(nominal.sim.decimation)),
+            **latency_overrides(p, nominal.cfg),
+        }
+    except ValueError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith("perturbations.") else f"perturbations.{name}.{message}") from None
 
 
-def evaluate(env: BatchedEnv, act: Act, episodes: int, seed: int, latency: tuple[int, int] = (0, 0)) -> dict[str, float]:
-    """Mean/std return and mean length of the first ``episodes`` episodes (deterministic ``act``),
-    with ``latency = (action_delay, obs_delay)`` control steps added around the policy.
+def apply_model_changes(env: BatchedEnv, p: Perturbation, name: str = "") -> None:
+    """Write the perturbation's field factors and integrator into every world and the template
+    model, rebuild the env's events around the new template and reset every world.
     """
-    obs, _ = env.reset(seed=seed)
-    policy = Latency(act, env.num_envs, env.action_dim, *latency)
-    policy.start(obs)
-    returns: list[torch.Tensor] = []
-    lengths: list[torch.Tensor] = []
-    limit = (math.ceil(episodes / env.num_envs) + 1) * env.max_episode_length
-    with torch.inference_mode():
-        for _ in range(limit):
-            obs, _, _, _, info = env.step(policy(obs))
-            if "episode" in info:
-                returns.append(info["episode"]["return"])
-                lengths.append(info["episode"]["length"])
-                policy.restart(info["episode"]["env_ids"], obs)
-                if sum(r.numel() for r in returns) >= episodes:
-                    break
-    if not returns:
-        raise RuntimeError(f"no episode ended within {limit} steps")
-    r = torch.cat(returns)[:episodes].double()
-    n = torch.cat(lengths)[:episodes].double()
-    return {"mean": float(r.mean()), "std": float(r.std()) if r.numel() > 1 else 0.0, "length": float(n.mean())}
+    integrator = None if p.integrator is None else INTEGRATORS[p.integrator]
+    try:
+        shift_model(env, p.fields, f"perturbations.{name}.fields" if name else "fields", integrator)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def evaluate(env: BatchedEnv, act: Act, episodes: int, seed: int) -> dict[str, float]:
+    """Mean and spread of the return and mean length of the first ``episodes`` episodes of the
+    deterministic ``act`` (the one rollout loop), from a reset with ``seed``.
+    """
+    result = rollout(env, act, episodes=episodes, seed=seed)
+    if result.num_episodes == 0:
+        raise RuntimeError(f"no episode ended within {result.steps} steps")
+    stats = result.summary()
+    return {"mean": stats["return"], "std": stats["return_std"], "length": stats["episode_length"]}
 
 
 def run_gate(
@@ -203,12 +180,11 @@ def run_gate(
     min_ratio: float = 0.7,
 ) -> list[ConditionResult]:
     """Evaluate ``act`` on the nominal task and under each perturbation; judge each against its
-    threshold. Returns the nominal row first.
+    threshold. Every perturbation is checked before the first rollout. Returns the nominal row first.
     """
     nominal_env = make_env({})
-    base_timestep = float(nominal_env.model.opt.timestep)
-    decimation = int(nominal_env.sim.decimation)
     try:
+        overrides = {name: condition_overrides(name, p, nominal_env) for name, p in perturbations.items()}
         stats = evaluate(nominal_env, act, episodes, seed)
     finally:
         nominal_env.close()
@@ -224,10 +200,10 @@ def run_gate(
                     f"(got {stats['mean']:.3g}); give min_return instead"
                 )
             threshold = ratio * stats["mean"]
-        env = make_env(task_overrides(p, base_timestep, decimation))
+        env = make_env(overrides[name])
         try:
-            apply_model_changes(env, p)
-            got = evaluate(env, act, episodes, seed, (p.action_delay, p.obs_delay))
+            apply_model_changes(env, p, name)
+            got = evaluate(env, act, episodes, seed)
         finally:
             env.close()
         rows.append(
@@ -263,8 +239,6 @@ def format_table(rows: list[ConditionResult]) -> str:
 
 def sim2sim_command(cfg: Sim2SimConfig) -> int:
     """Run the gate on ``cfg.run``'s latest checkpoint; print the table, write the JSON report."""
-    if cfg.episodes < 1 or cfg.num_envs < 1:
-        raise ConfigError(f"episodes and num_envs must be >= 1, got {cfg.episodes} and {cfg.num_envs}")
     conditions = cfg.conditions()
     policy = load_policy(cfg.run, device=cfg.device)
     train = policy.cfg

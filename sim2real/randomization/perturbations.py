@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from robolearn.envs.validate import check_float
+from robolearn.sim.backend import resolve_field
 from robolearn.sim2real.randomization.fields import (
     FORCE_FIELDS,
     check_field_values,
@@ -70,11 +71,10 @@ def field_change(model: mujoco.MjModel, name: str, factor: Any, where: str) -> d
         scale_force(plan, rows, torch.full((1, len(plan.labels)), f, dtype=torch.float64))
         return {field: rows[field][0].numpy() for field in FORCE_FIELDS}
     try:
-        sel = select_field(model, name, None, None, where)
+        resolve_field(name)
     except ValueError as exc:
-        if "cannot be set per world" not in str(exc):
-            raise
-        raise ValueError(f"{exc}; or {MOTOR_STRENGTH!r}") from None
+        raise ValueError(f"{where}: {exc}; or {MOTOR_STRENGTH!r}") from None
+    sel = select_field(model, name, None, None, where)
     check_field_values(where, sel, "scale", f, f, coupled=True)
     guard_servo_pairing(where, model, sel)
     return {sel.field: sel.with_values(sel.base * f)}
