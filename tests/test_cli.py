@@ -75,6 +75,11 @@ def test_eval_prints_the_mean_return(ppo_run, capsys):
     assert match, out
     assert 0.0 <= float(match.group(1)) <= 50.0
     assert re.search(r"episodes\s+4\b", out)
+    # the same seed evaluates the same episodes: the number is the policy's, not noise
+    assert main(["eval", f"run={ppo_run}", "episodes=4", "num_envs=2"]) == 0
+    again = re.search(r"mean return\s+(-?[\d.]+)", capsys.readouterr().out)
+    assert again and again.group(1) == match.group(1)
+    assert main(["eval", f"run={ppo_run}", "episodes=4", "num_envs=2", "seed=7"]) == 0
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript"])

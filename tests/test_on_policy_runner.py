@@ -74,13 +74,17 @@ def test_run_directory_contents(tmp_path):
     assert summary == json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 512 and summary["updates"] == 4
     assert set(summary) >= {"final_eval_return", "best_eval_return", "env_steps", "wall_time_s", "env_steps_per_s"}
-    assert 0 <= summary["final_eval_return"] <= 20 and summary["best_eval_return"] >= summary["final_eval_return"]
     assert json.loads((run / "policy_spec.json").read_text())["task_id"] == "Cartpole-Balance"
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert [int(float(r["env_steps"])) for r in rows] == [128, 256, 384, 512]
     assert rows[-1]["eval/return"] and rows[-1]["train/loss_policy"]
-    assert 0.0 <= float(rows[-1]["eval/success_rate"]) <= 1.0
-    assert any(0.0 <= float(r["train/success_rate"] or -1) <= 1.0 for r in rows)
+    # the summary reports what the evaluations logged: the last one and the best one
+    evals = [float(r["eval/return"]) for r in rows if r["eval/return"]]
+    assert len(evals) == 2  # eval_interval 2 over 4 updates
+    assert summary["final_eval_return"] == pytest.approx(evals[-1])
+    assert summary["best_eval_return"] == pytest.approx(max(evals))
+    # two eval worlds, one episode each: a success rate is a count over two
+    assert float(rows[-1]["eval/success_rate"]) in (0.0, 0.5, 1.0)
     assert len(runner.checkpoints.checkpoints()) == 1  # checkpoint_interval 20 > 4 updates: only the final one
 
 
