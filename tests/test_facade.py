@@ -143,3 +143,20 @@ def test_load_policy_needs_neither_simulator_nor_tasks(tmp_path):
     newest.write_bytes(newest.read_bytes()[:100])
     policy = load_policy(run)
     assert policy.checkpoint != newest and policy.checkpoint in checkpoints
+
+
+def test_task_families_are_entry_point_plugins_found_by_the_env_registry():
+    # robolearn.envs never imports a task family; the registry loads the installed plugins (the
+    # "robolearn.tasks" entry points, robolearn's own among them) on the first lookup
+    got = run_python(
+        """
+        import json, sys
+        from importlib.metadata import entry_points
+        from robolearn.envs import task_cfg
+        before = "robolearn.tasks" in sys.modules
+        cfg = task_cfg("HalfCheetah")
+        print(json.dumps({"before": before, "decimation": cfg.decimation,
+                          "plugins": sorted(e.value for e in entry_points(group="robolearn.tasks"))}))
+        """
+    )
+    assert got == {"before": False, "decimation": 5, "plugins": ["robolearn.tasks:load"]}

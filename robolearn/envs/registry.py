@@ -1,10 +1,19 @@
-"""The task registry: ids to config factories, ``make`` and ``list_tasks``."""
+"""The task registry: ids to config factories, ``make`` and ``list_tasks``.
+
+Task families are plugins: every installed distribution may declare an entry point in the group
+:data:`TASK_PLUGIN_GROUP` (robolearn's own: ``robolearn = "robolearn.tasks:load"`` in
+``pyproject.toml``), a callable that registers its tasks. They are loaded once, on the first
+lookup, so neither ``import robolearn`` nor ``import robolearn.envs`` imports a task family, envs
+never name one in code (DESIGN.md), and a package of one's own tasks registers the same way.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable
+import importlib.metadata
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -12,7 +21,39 @@ import torch
 from robolearn.envs.batched_env import BatchedEnv
 from robolearn.envs.cfg import TaskCfg
 
+log = logging.getLogger(__name__)
+
 _REGISTRY: dict[str, tuple[Callable[[], TaskCfg], str]] = {}
+
+TASK_PLUGIN_GROUP = "robolearn.tasks"
+"""Entry-point group of task-family plugins."""
+
+PLUGIN_ERRORS: dict[str, BaseException] = {}
+"""Task plugins (or families within one) that failed to load, with their errors."""
+
+_plugins_loaded = False
+
+
+def load_task_plugins() -> dict[str, BaseException]:
+    """Call every :data:`TASK_PLUGIN_GROUP` entry point once; return what failed to load.
+
+    A plugin that raises is logged and skipped (the others still register); a plugin may return a
+    mapping of its own sub-families that failed, which is merged in.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return PLUGIN_ERRORS
+    _plugins_loaded = True
+    for entry in importlib.metadata.entry_points(group=TASK_PLUGIN_GROUP):
+        try:
+            failed = entry.load()()
+        except Exception as exc:  # one broken plugin must not hide the others' tasks
+            PLUGIN_ERRORS[entry.name] = exc
+            log.warning("task plugin %r (%s) failed to load: %s: %s", entry.name, entry.value, type(exc).__name__, exc)
+            continue
+        if isinstance(failed, Mapping):
+            PLUGIN_ERRORS.update(failed)
+    return PLUGIN_ERRORS
 
 
 def register(task_id: str, factory: Callable[[], TaskCfg], description: str = "") -> None:
@@ -23,16 +64,22 @@ def register(task_id: str, factory: Callable[[], TaskCfg], description: str = ""
 
 
 def list_tasks() -> list[str]:
-    """Registered task ids, sorted."""
+    """Registered task ids, sorted (task plugins load on the first call)."""
+    load_task_plugins()
     return sorted(_REGISTRY)
 
 
 def task_cfg(task_id: str, **overrides: Any) -> TaskCfg:
     """A fresh config of ``task_id`` with ``overrides`` applied (``a__b__c=v`` reaches nested fields)."""
     if task_id not in _REGISTRY:
+        load_task_plugins()
+    if task_id not in _REGISTRY:
         close = difflib.get_close_matches(task_id, list(_REGISTRY), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ValueError(f"task_id: unknown task {task_id!r}{hint}; known tasks: {', '.join(list_tasks())}")
+        broken = "".join(
+            f"; task family {name!r} failed to load ({type(exc).__name__}: {exc})" for name, exc in PLUGIN_ERRORS.items()
+        )
+        raise ValueError(f"task_id: unknown task {task_id!r}{hint}; known tasks: {', '.join(list_tasks())}{broken}")
     cfg = _REGISTRY[task_id][0]()
     for key, value in overrides.items():
         _apply_override(cfg, key, value, task_id)
