@@ -174,6 +174,14 @@ def test_perturbations_compose_with_a_tasks_randomisation():
     after = env.sim.get_model_field("body_mass")[:, pole]
     assert ((1.4 * nominal <= after) & (after <= 2.6 * nominal)).all() and after.std() > 0
     torch.testing.assert_close(after, 2.0 * nominal * env.drawn["mass/pole"][:, 0], rtol=0, atol=1e-12)
+    # A start-up event draws again around the new template too (as when the env was built).
+    cfg = task_cfg("Cartpole-Balance")
+    cfg.events["damp"] = EventTerm(randomize_field, mode="startup", params={"field": "damping", "range": (0.5, 1.5)})
+    env = BatchedEnv(cfg, 8, seed=0)
+    template = torch.from_numpy(env.model.dof_damping.copy())
+    apply_model_changes(env, Perturbation(fields={"damping": 3.0}))
+    torch.testing.assert_close(env.sim.get_model_field("damping"), 3.0 * template * env.drawn["damping"], rtol=0, atol=1e-12)
+    assert env.drawn["damping"].std() > 0
 
 
 # -- validation --------------------------------------------------------------------------------------

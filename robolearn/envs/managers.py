@@ -7,7 +7,6 @@ per-operation overhead, not the arithmetic, is what competes with the physics.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -557,7 +556,11 @@ def _event_call(env: BatchedEnv, where: str, term: EventTerm) -> Callable[[Batch
         return func(env, where=where, mode=term.mode, **term.params)
     if not callable(func):
         raise ValueError(f"{where}.func: expected an event class or a function (env, env_ids, **params), got {func!r}")
-    return functools.partial(func, **term.params)
+
+    def call(env: BatchedEnv, env_ids: torch.Tensor) -> None:
+        func(env, env_ids, **term.params)  # read at each firing, as the config holds them now
+
+    return call
 
 
 def _check_writes(calls: dict[str, Any]) -> None:

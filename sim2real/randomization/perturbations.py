@@ -92,7 +92,8 @@ def check_model_shift(model: mujoco.MjModel, fields: Mapping[str, Any], where: s
 
 def shift_model(env: BatchedEnv, fields: Mapping[str, Any], where: str, integrator: int | None = None) -> None:
     """Apply field factors (and another integrator) to ``env``'s template model and every world,
-    rebuild its event terms around the new template and reset every world.
+    rebuild its event terms around the new template, run its start-up events again and reset
+    every world.
 
     The factors apply in the order given, each to the template as the previous ones left it, so
     two factors on one field compose.
@@ -110,8 +111,10 @@ def shift_model(env: BatchedEnv, fields: Mapping[str, Any], where: str, integrat
             _write_everywhere(env, field, value)
     if integrator is not None:
         _write_everywhere(env, "opt.integrator", np.asarray(int(integrator)))
-    # The event terms resolved their template values when the env was built: re-plan them.
+    # The event terms resolved their template values when the env was built: re-plan them, and
+    # run the start-up ones again, as at construction, so their draws land around the new template.
     env.event_manager.rebuild()
+    env.event_manager.apply("startup", env.all_ids)
     env.reset()
 
 
