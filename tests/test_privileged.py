@@ -13,23 +13,22 @@ from robolearn.envs.managers import is_privileged
 from robolearn.types import DEPLOYABLE_GROUPS, assert_reads
 
 
-def _draw_friction(env: BatchedEnv, env_ids: torch.Tensor, low: float, high: float) -> None:
-    """A minimal randomisation event: a friction scale per world, recorded as drawn."""
-    scale = env.draw_uniform(env_ids, 1, low, high)
-    env.record_drawn("friction_scale", env_ids, scale)
+class _DrawFriction:
+    """A minimal randomisation event as a class term: checked when built, a friction scale per
+    world recorded as drawn at each firing."""
 
+    def __init__(self, env: BatchedEnv, *, low: float, high: float, where: str = "draw_friction", mode: str | None = None) -> None:
+        if low > high:
+            raise ValueError(f"{where}.low: {low} > high {high}")
+        self.low, self.high = low, high
 
-def _validate(env: BatchedEnv, where: str, low: float, high: float) -> None:
-    if low > high:
-        raise ValueError(f"{where}.low: {low} > high {high}")
-
-
-_draw_friction.validate = _validate  # type: ignore[attr-defined]
+    def __call__(self, env: BatchedEnv, env_ids: torch.Tensor) -> None:
+        env.record_drawn("friction_scale", env_ids, env.draw_uniform(env_ids, 1, self.low, self.high))
 
 
 def _cfg(**policy_extra: ObsTerm):
     cfg = task_cfg("Cartpole-Balance")
-    cfg.events["friction"] = EventTerm(_draw_friction, mode="reset", params={"low": 0.5, "high": 1.5})
+    cfg.events["friction"] = EventTerm(_DrawFriction, mode="reset", params={"low": 0.5, "high": 1.5})
     cfg.observations["privileged"] = ObsGroup(
         {"drawn": ObsTerm(mdp.drawn), "state": ObsTerm(mdp.true_state)}, enable_noise=False
     )
