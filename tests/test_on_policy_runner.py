@@ -73,7 +73,8 @@ def test_run_directory_contents(tmp_path):
     assert any((run / "tb").iterdir())
     assert summary == json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 512 and summary["updates"] == 4
-    assert set(summary) >= {"final_eval_return", "best_eval_return", "env_steps", "wall_time_s", "env_steps_per_s"}
+    expected_keys = {"final_eval_return", "best_eval_return", "env_steps", "train_time_s", "wall_time_s", "env_steps_per_s"}
+    assert set(summary) >= expected_keys
     assert json.loads((run / "policy_spec.json").read_text())["task_id"] == "Cartpole-Balance"
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert [int(float(r["env_steps"])) for r in rows] == [128, 256, 384, 512]

@@ -28,6 +28,7 @@ from torch import nn
 
 from robolearn.spec import PolicySpec
 from robolearn.types import assert_reads
+from robolearn.utils.config import ConfigError, read_json_object
 from robolearn.utils.version import VERSION
 
 log = logging.getLogger(__name__)
@@ -285,11 +286,9 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     manifest_file = path / "manifest.json" if path.is_dir() else path
     try:
-        manifest = json.loads(manifest_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ExportError(f"manifest {manifest_file}: cannot read it: {exc}") from exc
-    if not isinstance(manifest, dict):
-        raise ExportError(f"manifest {manifest_file}: expected a JSON object, got {type(manifest).__name__}")
+        manifest = read_json_object(manifest_file)
+    except (FileNotFoundError, ConfigError) as exc:
+        raise ExportError(f"manifest: {exc}") from None
     for key in ("manifest_version", "inputs", "outputs", "files", "content_hash", "control_rate_hz", "joint_order"):
         if key not in manifest:
             raise ExportError(f"manifest {manifest_file}: field {key!r} is missing")
