@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
 
 def _load_tasks() -> None:
-    # The task families register themselves on import; envs may not import tasks (DESIGN.md), so
-    # the facade loads them, on first use only.
-    from robolearn.tasks import load
+    # Task families are entry-point plugins the env registry loads on first lookup (envs never
+    # import tasks, DESIGN.md); the facade only adds the Gymnasium ids for users of Gymnasium.
+    from robolearn.envs.registry import load_task_plugins
 
-    load()
+    load_task_plugins()
     if "gymnasium" in sys.modules:  # keep gymnasium.make working for users who already use it
         from robolearn.envs.gym_adapter import register_gymnasium_envs
 
@@ -37,18 +37,12 @@ def _load_tasks() -> None:
 
 
 def make(task_id: str, num_envs: int = 1, **kwargs: Any) -> BatchedEnv:
-    """Build ``num_envs`` worlds of task ``task_id`` (see :func:`robolearn.envs.make` for options)."""
+    """Build ``num_envs`` worlds of task ``task_id`` (see :func:`robolearn.envs.make` for options);
+    an unknown id lists the known ones and any task family that failed to load.
+    """
     _load_tasks()
-    from robolearn.envs.registry import list_tasks as _list
     from robolearn.envs.registry import make as _make
-    from robolearn.tasks import BROKEN
 
-    if BROKEN and task_id not in _list():
-        broken = "; ".join(f"{family}: {type(exc).__name__}: {exc}" for family, exc in BROKEN.items())
-        raise ValueError(
-            f"task_id: unknown task {task_id!r}; known tasks: {', '.join(_list())}. "
-            f"Task families that failed to import (their tasks are missing): {broken}"
-        )
     return _make(task_id, num_envs, **kwargs)
 
 

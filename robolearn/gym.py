@@ -8,9 +8,9 @@ import Gymnasium (the package facade has no side effects).
 from __future__ import annotations
 
 from robolearn.envs.gym_adapter import gym_id, register_gymnasium_envs
-from robolearn.tasks import load
+from robolearn.envs.registry import load_task_plugins
 
-load()
+load_task_plugins()
 GYM_IDS: list[str] = register_gymnasium_envs()
 """The Gymnasium ids registered."""
 

@@ -67,9 +67,9 @@ EVERYTHING = frozenset(GROUPS)
 MAY_IMPORT: dict[str, frozenset[str]] = {
     # The package facade builds envs of registered tasks (robolearn.make / list_tasks), reads the
     # version and loads trained runs (robolearn.load_policy, in runners), all lazily inside functions.
-    "facade": frozenset({"envs", "runners", "tasks", "utils"}),
+    "facade": frozenset({"envs", "runners", "utils"}),
     # robolearn.gym: importing it registers the tasks with Gymnasium (gymnasium.make("robolearn.gym:...")).
-    "gym": frozenset({"envs", "tasks"}),
+    "gym": frozenset({"envs"}),
     "types": frozenset(),
     "utils": frozenset({"types"}),
     "spec": frozenset({"types", "utils"}),
