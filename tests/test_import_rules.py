@@ -258,6 +258,7 @@ def test_table_covers_every_group() -> None:
         ("robolearn/sim/foo.py", "from robolearn.envs import BatchedEnv"),
         ("robolearn/sim/foo.py", "from ..envs import BatchedEnv"),
         ("robolearn/sim/foo.py", "import robolearn.algos.ppo.agent"),
+        ("robolearn/__init__.py", "def make():\n    import robolearn.tasks"),  # families load as plugins
         ("robolearn/sim/foo.py", "import robolearn"),
         ("robolearn/sim/foo.py", "from robolearn import make"),
         ("robolearn/types.py", "from robolearn.utils import WorldRNG"),
@@ -299,7 +300,7 @@ def test_walker_catches(path: str, source: str) -> None:
         ("robolearn/envs/x.py", "from robolearn.sim import load_spec\nfrom robolearn import types"),
         (
             "robolearn/__init__.py",
-            "def make():\n    import robolearn.tasks\n    from robolearn.envs.registry import make",
+            "def make():\n    from robolearn.envs.registry import make\n    from robolearn.runners.policy import load_policy",
         ),
         ("robolearn/cli/main.py", "from robolearn import make\nimport robolearn.sim2real.ros"),
         (
