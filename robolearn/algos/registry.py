@@ -20,9 +20,11 @@ from robolearn.algos.ppo import PPO, PPOConfig
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.algos.td3bc import TD3BC, TD3BCConfig
 
-RUNNER_KINDS: tuple[str, ...] = ("on_policy", "off_policy", "offline")
+RUNNER_KINDS: tuple[str, ...] = ("on_policy", "off_policy", "offline", "offline_to_online")
 """The training loops an algorithm can name: collect-then-update on fresh rollouts (PPO), step and
-store and update from a replay (SAC), gradient steps on a fixed dataset (BC, IQL, CQL...)."""
+store and update from a replay (SAC), gradient steps on a fixed dataset (BC, IQL, CQL...), and
+offline pre-training then online fine-tuning (``o2o:``; the learners that act, store and learn
+from a sampler)."""
 
 AgentFactory = Callable[..., Any]
 """``factory(obs_dims, action_dim, cfg, *, action_low, action_high, device, seed) -> agent``."""
@@ -118,11 +120,11 @@ def _ppo(obs_dims: Mapping[str, int], action_dim: int, cfg: PPOConfig, **kw: Any
 
 
 register(AlgoSpec("ppo", PPOConfig, PPO, ("on_policy",), _ppo, "Proximal Policy Optimisation (on-policy)"))
-register(AlgoSpec("sac", SACConfig, SAC, ("off_policy",), _with_bounds(SAC), "Soft Actor-Critic / REDQ (off-policy)"))
+register(AlgoSpec("sac", SACConfig, SAC, ("off_policy", "offline_to_online"), _with_bounds(SAC), "Soft Actor-Critic / REDQ (off-policy)"))
 register(AlgoSpec("bc", BCConfig, BC, ("offline",), _with_bounds(BC), "Behaviour cloning (offline)"))
-register(AlgoSpec("td3bc", TD3BCConfig, TD3BC, ("offline",), _with_bounds(TD3BC), "TD3+BC (offline)"))
-register(AlgoSpec("iql", IQLConfig, IQL, ("offline",), _with_bounds(IQL), "Implicit Q-Learning (offline)"))
-register(AlgoSpec("cql", CQLConfig, CQL, ("offline",), _with_bounds(CQL), "Conservative Q-Learning (offline)"))
-register(AlgoSpec("calql", CalQLConfig, CQL, ("offline",), _with_bounds(CQL), "Calibrated Q-Learning (offline)"))
+register(AlgoSpec("td3bc", TD3BCConfig, TD3BC, ("offline", "offline_to_online"), _with_bounds(TD3BC), "TD3+BC (offline)"))
+register(AlgoSpec("iql", IQLConfig, IQL, ("offline", "offline_to_online"), _with_bounds(IQL), "Implicit Q-Learning (offline)"))
+register(AlgoSpec("cql", CQLConfig, CQL, ("offline", "offline_to_online"), _with_bounds(CQL), "Conservative Q-Learning (offline)"))
+register(AlgoSpec("calql", CalQLConfig, CQL, ("offline", "offline_to_online"), _with_bounds(CQL), "Calibrated Q-Learning (offline)"))
 
 __all__ = ["ALGORITHMS", "RUNNER_KINDS", "AgentFactory", "AlgoSpec", "get", "register", "spec_of"]

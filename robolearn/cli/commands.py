@@ -206,6 +206,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     """Build envs, agent and runner from ``cfg``, train (or resume), print and return the summary."""
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
+    if cfg.o2o is not None:
+        from robolearn.cli.o2o import train_o2o
+
+        return train_o2o(cfg)
     if cfg.offline:
         return train_offline(cfg)
     try:

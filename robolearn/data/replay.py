@@ -40,7 +40,9 @@ class ReplayBuffer:
         """Number of stored transitions."""
         return self.size
 
-    def _allocate(self, obs: Obs, action: torch.Tensor, reward: torch.Tensor) -> None:
+    def _allocate(
+        self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, extras: Mapping[str, torch.Tensor]
+    ) -> None:
         def like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
             return torch.zeros((self.capacity, *t.shape[1:]), dtype=dtype or t.dtype, device=self.device)
 
@@ -51,6 +53,7 @@ class ReplayBuffer:
             "reward": like(reward),
             "terminated": like(reward, torch.bool),
             "truncated": like(reward, torch.bool),
+            "extras": {k: like(v) for k, v in extras.items()},
         }
 
     @torch.no_grad()
@@ -62,19 +65,26 @@ class ReplayBuffer:
         next_obs: Mapping[str, torch.Tensor],
         terminated: torch.Tensor,
         truncated: torch.Tensor | None = None,
+        extras: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         """Store N transitions at once (all tensors ``[N, ...]``; groups of ``obs`` and ``next_obs`` match).
 
         ``next_obs`` must already hold the pre-reset observation for worlds that ended this step.
+        ``extras``: per-transition fields beside the core ones (Cal-QL's ``mc_return``), the same keys
+        at every call; :meth:`gather` hands them back in ``Batch.extras``.
         If N exceeds the capacity only the last ``capacity`` transitions are kept.
         """
         n = int(action.shape[0])
+        extras = dict(extras or {})
         if not self.storage:
-            self._allocate(dict(obs), action, reward)
+            self._allocate(dict(obs), action, reward, extras)
         if set(obs) != set(self.storage["obs"]) or set(next_obs) != set(self.storage["obs"]):
             raise ValueError(
                 f"observation groups {sorted(obs)} / {sorted(next_obs)} differ from the stored {sorted(self.storage['obs'])}"
             )
+        stored_extras = self.storage.setdefault("extras", {})
+        if set(extras) != set(stored_extras):
+            raise ValueError(f"extras {sorted(extras)} differ from the stored {sorted(stored_extras)}")
         start = max(n - self.capacity, 0)
         m = n - start
         idx = (self.ptr + torch.arange(m, device=self.device)) % self.capacity
@@ -91,6 +101,8 @@ class ReplayBuffer:
             else torch.zeros(m, dtype=torch.bool, device=self.device)
         )
         s["truncated"][idx] = trunc.to(self.device, torch.bool)
+        for k, t in s["extras"].items():
+            t[idx] = extras[k][start:].to(self.device, t.dtype)
         self.ptr = (self.ptr + m) % self.capacity
         self.size = min(self.size + m, self.capacity)
 
@@ -113,6 +125,7 @@ class ReplayBuffer:
             next_obs={k: v[idx] for k, v in s["next_obs"].items()},
             terminated=s["terminated"][idx],
             truncated=s["truncated"][idx],
+            extras={k: v[idx] for k, v in s.get("extras", {}).items()},
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -138,6 +138,14 @@ class BaseRunner:
         """Collect ``steps_per_iteration`` env steps and learn from them; return the latest obs and stats."""
         raise NotImplementedError
 
+    def _evaluate_now(self) -> bool:
+        """Whether to evaluate after this iteration besides the schedule (a phase boundary)."""
+        return False
+
+    def _step_columns(self) -> dict[str, float]:
+        """Extra columns of this iteration's ``metrics.csv`` row (the phase and its counters)."""
+        return {}
+
     # -- the run -------------------------------------------------------------------------------
     def learn(self, resume: bool = False) -> dict[str, Any]:
         """Train until :attr:`total_steps`; resume from the newest readable checkpoint if asked.
@@ -199,22 +207,27 @@ class BaseRunner:
     def _loop(self, interrupt: _Interrupt, session_start: float) -> None:
         cfg = self.cfg
         self.total_steps = self._total_steps()  # read again: the config may have grown since __init__
-        total_iterations = math.ceil(self.total_steps / self.steps_per_iteration)
         logger = Logger(self.run_dir, console=cfg.console, tensorboard=cfg.tensorboard, total=self.total_steps,
                         unit=self.unit)
         self._returns, self._lengths, self._successes = [], [], []
         obs = self.env.obs if self.env is not None else {}
         try:
-            while self.update_idx < total_iterations:
+            # The run ends at the first iteration boundary at or past total_steps; a subclass whose
+            # iterations differ in length (offline-to-online phases) sets steps_per_iteration in
+            # _iterate to what that iteration took.
+            while self.steps < self.total_steps:
                 start = time.perf_counter()
                 obs, stats = self._iterate(obs)
                 self.update_idx += 1
                 self.steps += self.steps_per_iteration
                 self.train_time += time.perf_counter() - start
-                last = self.update_idx == total_iterations
+                last = self.steps >= self.total_steps
                 metrics = self._train_metrics(stats)
-                if self.eval_env is not None and (last or self.update_idx % cfg.eval_interval == 0):
+                if self.eval_env is not None and (
+                    last or self.update_idx % cfg.eval_interval == 0 or self._evaluate_now()
+                ):
                     metrics.update(self.evaluate(video=last and cfg.video))
+                metrics.update(self._step_columns())
                 metrics[self.unit] = float(self.steps)
                 metrics["train/skipped_updates"] = float(self.skipped_updates)
                 metrics[f"time/{self.unit}_per_s"] = self.steps / max(self.train_time, 1e-9)

@@ -18,6 +18,7 @@ from typing import Any
 
 from robolearn.algos import registry
 from robolearn.runners.base import RunnerConfig
+from robolearn.runners.o2o import O2OConfig
 from robolearn.utils.config import ConfigError, lists, read_json_object, to_dataclass
 
 INJECTED: dict[str, dict[str, str]] = {
@@ -71,6 +72,10 @@ class TrainConfig:
     normalize_obs: bool | None = None
     """Offline algorithms only: normalise observations with the dataset's mean and std (default
     true, as CORL)."""
+    o2o: O2OConfig | None = None
+    """Offline-to-online fine-tuning (:mod:`robolearn.runners.o2o`): an offline phase on
+    ``dataset`` (``total_grad_steps``; 0 or a pre-trained ``o2o.checkpoint`` skip it), a warm-up and
+    ``total_env_steps`` of online learning by ``algo``. ``None``: the algorithm's own runner."""
 
     @property
     def algo_name(self) -> str:
@@ -79,8 +84,8 @@ class TrainConfig:
 
     @property
     def offline(self) -> bool:
-        """Whether the algorithm learns from :attr:`dataset`."""
-        return registry.spec_of(self.algo).offline
+        """Whether the run learns from :attr:`dataset` only (an offline algorithm outside ``o2o``)."""
+        return self.o2o is None and registry.spec_of(self.algo).offline
 
 
 OFFLINE_ONLY = ("dataset", "total_grad_steps", "normalize_obs")
@@ -114,10 +119,16 @@ def train_config_from_dict(mapping: Mapping[str, Any]) -> TrainConfig:
                 values[key] = top[source]
     top["algo"] = to_dataclass(spec.config, algo, "algo")
     top["runner"] = to_dataclass(RunnerConfig, runner, "runner")
+    o2o = top.pop("o2o", None)
     cfg = to_dataclass(TrainConfig, top)
+    if o2o is not None:
+        cfg.o2o = _o2o_config(o2o, spec)
     if cfg.overwrite:  # the top-level spelling of runner.overwrite
         cfg.runner.overwrite = True
     _check_ranges(cfg)
+    if cfg.o2o is not None:
+        _check_o2o(cfg, spec)
+        return cfg
     if spec.offline:
         if not cfg.dataset:
             raise ConfigError(f"dataset: algo={spec.name} learns offline and needs dataset=<file or minari:id>")
@@ -135,13 +146,80 @@ def train_config_from_dict(mapping: Mapping[str, Any]) -> TrainConfig:
     return cfg
 
 
+def _o2o_config(section: Any, spec: registry.AlgoSpec) -> O2OConfig:
+    """The ``o2o`` section: its pre-training learner (an algorithm section) built like ``algo``."""
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"o2o: expected a mapping of offline-to-online settings, got {section!r}")
+    values = dict(section)
+    pretrain = values.pop("pretrain", None)
+    cfg = to_dataclass(O2OConfig, values, "o2o")
+    if pretrain is not None:
+        if not isinstance(pretrain, Mapping) or "name" not in pretrain:
+            raise ConfigError(f"o2o.pretrain: expected an algorithm section with a name (e.g. {{name: calql}}), got {pretrain!r}")
+        fields = dict(pretrain)
+        try:
+            pre = registry.get(str(fields.pop("name")))
+        except KeyError as exc:
+            raise ConfigError(f"o2o.pretrain.name: {exc.args[0].removeprefix('algo: ')}") from None
+        if "offline" not in pre.runners:
+            offline = ", ".join(n for n, s in registry.ALGORITHMS.items() if "offline" in s.runners)
+            raise ConfigError(f"o2o.pretrain.name: {pre.name} does not learn from a dataset; valid choices: {offline}")
+        cfg.pretrain = to_dataclass(pre.config, fields, "o2o.pretrain")
+    return cfg
+
+
+def _check_o2o(cfg: TrainConfig, spec: registry.AlgoSpec) -> None:
+    """An offline-to-online run: a learner that can fine-tune, a dataset where one is read, and the
+    offline phase's defaults.
+    """
+    o2o = cfg.o2o
+    assert o2o is not None
+    if "offline_to_online" not in spec.runners:
+        able = ", ".join(n for n, s in registry.ALGORITHMS.items() if "offline_to_online" in s.runners)
+        raise ConfigError(f"algo: {spec.name} cannot learn online from a replay (o2o); valid choices: {able}")
+    if o2o.checkpoint is not None:
+        if cfg.total_grad_steps:
+            raise ConfigError(
+                f"total_grad_steps: the run starts from the pre-trained o2o.checkpoint; an offline phase "
+                f"({cfg.total_grad_steps} gradient steps) is not run as well: remove one of them"
+            )
+        cfg.total_grad_steps = 0
+    elif cfg.total_grad_steps is None:
+        pretrains = o2o.pretrain is not None or spec.offline
+        cfg.total_grad_steps = DEFAULT_GRAD_STEPS if pretrains else 0
+    if cfg.total_grad_steps and o2o.pretrain is None and "offline" not in spec.runners:
+        raise ConfigError(
+            f"o2o.pretrain: an offline phase ({cfg.total_grad_steps} gradient steps) needs a learner that "
+            f"learns from data; algo={spec.name} does not: set o2o.pretrain (e.g. {{name: calql}}) or total_grad_steps=0"
+        )
+    if (cfg.total_grad_steps or o2o.offline_ratio > 0) and not cfg.dataset:
+        raise ConfigError(
+            "dataset: an offline phase or o2o.offline_ratio > 0 reads a dataset; set dataset=<file or minari:id>"
+        )
+    if o2o.warmup_steps > cfg.total_env_steps:
+        raise ConfigError(
+            f"o2o.warmup_steps: expected at most total_env_steps ({cfg.total_env_steps}) (the warm-up is part "
+            f"of the online budget), got {o2o.warmup_steps}"
+        )
+    starts = getattr(cfg.algo, "learning_starts", 0)
+    if (cfg.total_grad_steps or o2o.checkpoint) and starts:
+        raise ConfigError(
+            f"algo.learning_starts: a pre-trained learner acts with its own policy from the first online step "
+            f"(its warm-up is o2o.warmup_steps), so random actions until learning_starts would discard it; "
+            f"expected 0, got {starts}"
+        )
+    if cfg.normalize_obs is None:
+        cfg.normalize_obs = True
+
+
 def _check_ranges(cfg: TrainConfig) -> None:
     """Counts of the run itself: integers in range (types were checked by ``to_dataclass``)."""
     for key, low in (("num_envs", 1), ("total_env_steps", 1), ("eval_num_envs", 0)):
         if getattr(cfg, key) < low:
             raise ConfigError(f"{key}: expected an integer >= {low}, got {getattr(cfg, key)}")
-    if cfg.total_grad_steps is not None and cfg.total_grad_steps < 1:
-        raise ConfigError(f"total_grad_steps: expected an integer >= 1, got {cfg.total_grad_steps}")
+    least = 0 if cfg.o2o is not None else 1  # an offline-to-online run may skip its offline phase
+    if cfg.total_grad_steps is not None and cfg.total_grad_steps < least:
+        raise ConfigError(f"total_grad_steps: expected an integer >= {least}, got {cfg.total_grad_steps}")
     if cfg.torch_threads is not None and cfg.torch_threads < 1:
         raise ConfigError(f"torch_threads: expected an integer >= 1 (or null for torch's default), got {cfg.torch_threads}")
     if cfg.seed < 0:
@@ -150,7 +228,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
 
 def train_config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """The mapping :func:`train_config_from_dict` reads back (written as the run's ``config.json``)."""
-    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("algo", "runner")}
+    out = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("algo", "runner", "o2o")}
+    if cfg.o2o is not None:
+        o2o = {f.name: getattr(cfg.o2o, f.name) for f in dataclasses.fields(cfg.o2o)}
+        if cfg.o2o.pretrain is not None:
+            o2o["pretrain"] = {"name": registry.spec_of(cfg.o2o.pretrain).name, **dataclasses.asdict(cfg.o2o.pretrain)}
+        out["o2o"] = o2o
     algo = {"name": cfg.algo_name, **dataclasses.asdict(cfg.algo)}
     runner = dataclasses.asdict(cfg.runner)
     for section, values in (("algo", algo), ("runner", runner)):
