@@ -140,6 +140,7 @@ def train_o2o(cfg: TrainConfig) -> dict[str, Any]:
             gamma=float(getattr(cfg.algo, "gamma", 0.99)),
             reference=reference,
             config=train_config_to_dict(cfg),
+            pretrained_start=o2o.checkpoint is not None,
         )
         del dataset, pretrained  # the runner holds them as long as its phases need them
         source = o2o.checkpoint or (f"{cfg.dataset}" if cfg.total_grad_steps else "scratch")

@@ -180,6 +180,7 @@ class O2ORunner(BaseRunner):
         gamma: float = 0.99,
         reference: Any = None,
         config: dict[str, Any] | None = None,
+        pretrained_start: bool = False,
     ) -> None:
         """Set up the run (nothing is written until :meth:`learn`).
 
@@ -198,6 +199,8 @@ class O2ORunner(BaseRunner):
             gamma: discount of Monte-Carlo returns for learners that calibrate against them.
             reference: random/expert returns (:class:`~robolearn.runners.offline.ReferenceReturns`).
             config: the resolved config, written as ``config.json``.
+            pretrained_start: ``agent`` (or ``pretrained``) was loaded from a pre-trained checkpoint:
+                it is evaluated before the first online step, as the run's offline score.
         """
         if isinstance(offline_grad_steps, bool) or not isinstance(offline_grad_steps, int) or offline_grad_steps < 0:
             raise ValueError(f"offline_grad_steps: expected an integer >= 0, got {offline_grad_steps!r}")
@@ -210,6 +213,7 @@ class O2ORunner(BaseRunner):
         self.pretrained = pretrained
         self.dataset = dataset
         self.offline_grad_steps = offline_grad_steps
+        self.pretrained_start = bool(pretrained_start)
         self.reference = reference
         self.seed, self.gamma = int(seed), float(gamma)
         self.grad_steps = 0
@@ -258,6 +262,11 @@ class O2ORunner(BaseRunner):
             self.online_agent.load_state_dict(transfer_state(self.pretrained))
             self.pretrained = None
         self._use_online_agent()
+        if self.pretrained_start and "offline" not in self.scores and self.eval_env is not None:
+            # Started from a pre-trained checkpoint: its score is the offline score of this run.
+            self._boundary, self._last_phase = "offline", "offline"
+            self.evaluate()
+            self._last_phase = self.phase
         gc.collect()
         log.info("online phase: %s learns from %s", type(self.agent).__name__, self._sampler_name())
 
