@@ -43,6 +43,7 @@ GROUPS: dict[str, str] = {
     "runners": "robolearn.runners",
     "logging": "robolearn.logging",
     "export": "robolearn.export",
+    "analysis": "robolearn.analysis",
     "cli": "robolearn.cli",
     "tasks": "robolearn.tasks",
     "assets": "robolearn.assets",
@@ -82,6 +83,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "runners": frozenset({"algos", "data", "logging", "spec", "types", "utils"}),
     "logging": frozenset({"utils"}),
     "export": frozenset({"nn", "spec", "types", "utils"}),
+    # robolearn compare reads finished run directories (files only): no runner, algorithm or env.
+    "analysis": frozenset({"logging", "utils"}),
     "cli": EVERYTHING,
     "tasks": frozenset({"envs", "sim", "sim2real.randomization", "assets"}),
     "assets": frozenset(),

@@ -1,8 +1,9 @@
-"""The ``robolearn`` console script: ``train``, ``eval``, ``export``, ``sim2sim``, ``demo`` and ``list``.
+"""The ``robolearn`` console script: ``train``, ``eval``, ``export``, ``sim2sim``, ``compare``, ``demo`` and ``list``.
 
 ``train``/``eval``/``export``/``sim2sim`` take Hydra overrides (``key=value``, configs in ``robolearn.configs``)
 and run in :mod:`robolearn.cli.commands`. ``demo`` steps a batched task with random actions,
-reports throughput, and writes a video of world 0; it and ``list`` are parsed with argparse.
+reports throughput, and writes a video of world 0; it, ``list`` and ``compare`` (methods over seeds from
+run directories, :mod:`robolearn.cli.compare`) are parsed with argparse.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 import robolearn
+from robolearn.cli.compare import add_parser as add_compare_parser
 from robolearn.envs import BatchedEnv, task_cfg
 from robolearn.sim import BACKENDS
 
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list the registered tasks", description="List the tasks.")
     listing.set_defaults(func=run_list)
+    add_compare_parser(commands)
     return parser
 
 
