@@ -219,8 +219,9 @@ def test_bad_input_names_the_problem_and_writes_nothing(tmp_path, capsys):
     empty.mkdir()
     err = _error([str(empty), "--out", str(out)], capsys)
     assert str(empty) in err and "not a run directory" in err
-    err = _error([str(tmp_path / "missing"), "--out", str(out)], capsys)
-    assert "missing" in err and "no such run directory" in err
+    for missing in (tmp_path / "missing", tmp_path / "good" / "seed=7"):
+        err = _error([str(missing), "--out", str(out)], capsys)
+        assert str(missing) in err and "no such run directory" in err
     err = _error([str(tmp_path / "good"), "--metric", "eval/retrun", "--out", str(out)], capsys)
     assert "'eval/retrun'" in err and "did you mean 'eval/return'" in err and "train/loss" in err
     offline = write_run(tmp_path / "offline", {1000: 1.0, 2000: 2.0}, algo="iql", unit="grad_steps")

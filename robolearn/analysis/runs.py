@@ -221,8 +221,9 @@ def parse_group_args(args: Sequence[str]) -> list[tuple[str | None, list[Path]]]
     out: list[tuple[str | None, list[Path]]] = []
     for arg in args:
         path = Path(arg)
-        if "=" in arg and not path.exists():
-            name, _, dirs = arg.partition("=")
+        name, _, dirs = arg.partition("=")
+        # A name holds no "/": runs/sweep/seed=0 that does not exist is a missing path, not a group.
+        if "=" in arg and not path.exists() and "/" not in name:
             paths = [Path(d) for d in dirs.split(",") if d]
             if not name or not paths:
                 raise ValueError(f"{arg!r}: expected NAME=RUN_DIR[,RUN_DIR...] with a name and at least one run")
