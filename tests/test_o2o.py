@@ -308,3 +308,51 @@ def test_ppo_cannot_fine_tune_from_a_replay(tmp_path, capsys):
 def test_dataset_sampler_is_what_the_offline_phase_draws(tmp_path, dataset_path):
     runner, pre, _ = _runner(tmp_path / "run", dataset_path, warmup=0, online=20)
     assert isinstance(pre.sampler, DatasetSampler) and pre.sampler.mc_return is not None  # Cal-QL
+
+
+KILLED = """
+import sys, time, torch
+sys.path.insert(0, {root!r})
+torch.set_num_threads(1)
+from tests.test_o2o import _runner
+from pathlib import Path
+run, data, resume, pause = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", float(sys.argv[4])
+runner, _, sac = _runner(run, data, warmup=40, online=120)
+if pause:  # slow the online updates down so the parent can kill the run in the middle of the phase
+    orig = sac.update
+    def slow(batch=None):
+        time.sleep(pause)
+        return orig(batch)
+    sac.update = slow
+runner.learn(resume=resume)
+"""
+
+
+def test_sigkill_in_the_online_phase_then_resume_matches_the_uninterrupted_run(tmp_path, dataset_path):
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "train.py"
+    script.write_text(KILLED.format(root=str(Path(__file__).resolve().parents[1])))
+
+    def start(run: Path, resume: bool = False, pause: float = 0.0) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), str(run), str(dataset_path), "1" if resume else "0", str(pause)])
+
+    assert start(tmp_path / "a").wait(timeout=300) == 0
+    victim = start(tmp_path / "b", pause=0.05)
+    ckpts = tmp_path / "b" / "checkpoints"
+    deadline = time.time() + 240
+    # Checkpoints every iteration: 2 offline, 2 warm-up, then online ones; kill after the first online one.
+    while time.time() < deadline and len(list(ckpts.glob("ckpt_*.pt"))) < 3:
+        time.sleep(0.05)
+    while time.time() < deadline and not any("100" in p.name for p in ckpts.glob("ckpt_*.pt")):
+        time.sleep(0.02)
+    victim.kill()
+    victim.wait(timeout=30)
+    assert not (tmp_path / "b" / "summary.json").exists(), "the run was killed before it finished"
+    assert start(tmp_path / "b", resume=True).wait(timeout=300) == 0
+    assert _rows(tmp_path / "b" / "metrics.csv") == _rows(tmp_path / "a" / "metrics.csv")
+    a = json.loads((tmp_path / "a" / "summary.json").read_text())
+    b = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert a["final_online_score"] == b["final_online_score"] and a["steps"] == b["steps"] == 40 + 120
