@@ -173,6 +173,23 @@ def test_phase_keeps_only_that_phases_rows(tmp_path):
     assert load_run(run, "eval/return").steps.tolist() == [1000.0, 2000.0, 3000.0, 4000.0]
 
 
+def test_an_axis_that_stands_still_is_read_at_its_last_row(tmp_path):
+    # An offline-to-online run: env_steps stays 0 through the offline phase, whose last evaluation is
+    # the offline score at env step 0; a step column that goes back is refused.
+    path = tmp_path / "o2o"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"task": "T", "seed": 0, "algo": {"name": "sac"}}))
+    with Logger(path, tensorboard=False, console=False) as logger:
+        for step, env_steps, ret in ((100, 0, 1.0), (200, 0, 2.0), (300, 100, 3.0), (400, 200, 4.0)):
+            logger.log({"env_steps": float(env_steps), "eval/return": ret}, step=step)
+    run = load_run(path, "eval/return", x="env_steps")
+    assert run.steps.tolist() == [0.0, 100.0, 200.0] and run.values.tolist() == [2.0, 3.0, 4.0]
+    with Logger(path, tensorboard=False, console=False) as logger:
+        logger.log({"env_steps": 50.0, "eval/return": 5.0}, step=500)
+    with pytest.raises(ValueError, match="goes back"):
+        load_run(path, "eval/return", x="env_steps")
+
+
 def test_cli_writes_the_report(tmp_path, capsys):
     a = sweep(tmp_path, "runs_a", [5.0, 6.0, 7.0])
     b = sweep(tmp_path, "runs_b", [1.0, 2.0, 3.0])

@@ -183,13 +183,18 @@ def _numbers(rows: list[dict[str, str]], axis: str, metric: str, table: Path) ->
     if dropped:
         # A diverged evaluation logs inf/nan; it would turn every statistic of its step into nan.
         log.warning("%s: %d non-finite %s value(s) left out", table, dropped, metric)
-    points.sort(key=lambda p: p[0])
-    steps = np.array([p[0] for p in points], dtype=np.float64)
-    values = np.array([p[1] for p in points], dtype=np.float64)
-    if steps.size > 1 and np.any(np.diff(steps) == 0):
+    in_order = [p[0] for p in points]
+    if any(b < a for a, b in zip(in_order, in_order[1:], strict=False)):
         raise ValueError(
-            f"{table}: {axis} repeats a step for {metric!r}; keep one phase with --phase or pick another --x"
+            f"{table}: {axis} goes back for {metric!r}; keep one phase with --phase or pick another --x"
         )
+    # An axis that stands still over several rows (env_steps through an offline-to-online run's
+    # offline phase) is read at the last of them: the state that phase handed on.
+    last: dict[float, float] = {}
+    for x, v in points:
+        last[x] = v
+    steps = np.array(list(last), dtype=np.float64)
+    values = np.array(list(last.values()), dtype=np.float64)
     return steps, values
 
 
