@@ -356,3 +356,26 @@ def test_sigkill_in_the_online_phase_then_resume_matches_the_uninterrupted_run(t
     a = json.loads((tmp_path / "a" / "summary.json").read_text())
     b = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert a["final_online_score"] == b["final_online_score"] and a["steps"] == b["steps"] == 40 + 120
+
+
+@pytest.mark.parametrize("method", ["wsrl", "wsrl_no_warmup", "wsrl_retain", "rlpd", "calql_ft", "iql_ft", "sac", "pretrain_calql"])
+def test_every_method_of_the_o2o_experiments_composes_to_its_protocol(method):
+    from robolearn.cli.commands import compose_config
+    from robolearn.runners.train_config import train_config_from_dict
+
+    cfg = train_config_from_dict(compose_config("train", ["experiment=hopper_o2o", f"o2o_method={method}"]))
+    expect = {  # algo, offline gradient steps, warm-up, offline ratio, critics
+        "wsrl": ("sac", 20000, 5000, 0.0, 10), "wsrl_no_warmup": ("sac", 20000, 0, 0.0, 10),
+        "wsrl_retain": ("sac", 20000, 5000, 0.5, 10), "rlpd": ("sac", 0, 0, 0.5, 10),
+        "calql_ft": ("calql", 20000, 0, 0.5, 2), "iql_ft": ("iql", 20000, 0, 0.5, None), "sac": ("sac", 0, 0, 0.0, 2),
+    }
+    if method == "pretrain_calql":
+        assert cfg.o2o is None and cfg.offline and cfg.algo.num_critics == 10 and cfg.algo.layer_norm
+        return
+    algo, grad_steps, warmup, ratio, critics = expect[method]
+    assert (cfg.algo_name, cfg.total_grad_steps, cfg.o2o.warmup_steps, cfg.o2o.offline_ratio) == (algo, grad_steps, warmup, ratio)
+    assert getattr(cfg.algo, "num_critics", None) == critics and cfg.algo.actor_hidden == (256, 256)
+    if method.startswith("wsrl"):  # the pre-trained networks fit the online ensemble
+        pre = cfg.o2o.pretrain
+        assert (pre.num_critics, pre.layer_norm, pre.actor_hidden, pre.critic_hidden) == (10, True, (256, 256), (256, 256))
+        assert cfg.algo.num_target_subset == 2 and cfg.algo.learning_starts == 0

@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 
 CONFIG_MODULE = "robolearn.configs"
 """The package holding the YAML config groups."""
-GROUPS = frozenset({"algo", "runner", "experiment"})
-"""Config groups of ``train.yaml`` (``algo=sac`` picks a file, it does not set a value)."""
+GROUPS = frozenset({"algo", "runner", "experiment", "o2o_method"})
+"""Config groups (``algo=sac`` picks a file, it does not set a value; ``o2o_method`` comes with an
+offline-to-online experiment)."""
 _STARTED = _dt.datetime.now()
 
 
