@@ -367,7 +367,7 @@ def test_every_method_of_the_o2o_experiments_composes_to_its_protocol(method):
     expect = {  # algo, offline gradient steps, warm-up, offline ratio, critics
         "wsrl": ("sac", 20000, 5000, 0.0, 10), "wsrl_no_warmup": ("sac", 20000, 0, 0.0, 10),
         "wsrl_retain": ("sac", 20000, 5000, 0.5, 10), "rlpd": ("sac", 0, 0, 0.5, 10),
-        "calql_ft": ("calql", 20000, 0, 0.5, 2), "iql_ft": ("iql", 20000, 0, 0.5, None), "sac": ("sac", 0, 0, 0.0, 2),
+        "calql_ft": ("calql", 20000, 0, 0.5, 2), "iql_ft": ("iql", 20000, 0, 0.5, 2), "sac": ("sac", 0, 0, 0.0, 2),
     }
     if method == "pretrain_calql":
         assert cfg.o2o is None and cfg.offline and cfg.algo.num_critics == 10 and cfg.algo.layer_norm
