@@ -439,6 +439,9 @@ class O2ORunner(BaseRunner):
             start = self.scores.get("offline", {}).get("return")
             if start is not None and start != 0:
                 summary["min_early_online_ratio"] = min(early) / start
+        peak = _peak_rss_mb()
+        if peak is not None:  # what keeping (or dropping) the offline data costs
+            summary["peak_rss_mb"] = peak
         if self.reference is not None:
             summary["normalized_score"] = self.reference.normalize(self.last_eval)
             summary["reference_returns"] = {"random": self.reference.random, "expert": self.reference.expert}
@@ -449,6 +452,17 @@ class O2ORunner(BaseRunner):
 
         plot_learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png", x=self.unit,
                             y=("eval/return", "train/return"), skip_missing=True)
+
+
+def _peak_rss_mb() -> float | None:
+    """Peak resident memory of the process in MiB (Linux and macOS), else ``None``."""
+    try:
+        import resource
+        import sys
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0  # bytes on macOS, KiB on Linux
 
 
 __all__ = ["EARLY_FRACTION", "PHASES", "TRANSFERRED_KEYS", "EpisodeReturns", "O2OConfig", "O2ORunner", "transfer_state"]
