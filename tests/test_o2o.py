@@ -379,3 +379,24 @@ def test_every_method_of_the_o2o_experiments_composes_to_its_protocol(method):
         pre = cfg.o2o.pretrain
         assert (pre.num_critics, pre.layer_norm, pre.actor_hidden, pre.critic_hidden) == (10, True, (256, 256), (256, 256))
         assert cfg.algo.num_target_subset == 2 and cfg.algo.learning_starts == 0
+
+
+def test_a_run_in_its_offline_phase_loads_as_the_pre_training_learner(tmp_path, dataset_path):
+    from robolearn.runners.policy import load_policy
+    from robolearn.runners.train_config import train_config_from_dict, train_config_to_dict
+
+    config = train_config_to_dict(train_config_from_dict({
+        "task": TASK, "algo": {"name": "sac", "num_critics": 4, "num_target_subset": 2, "layer_norm": True,
+                               "actor_hidden": list(H), "critic_hidden": list(H), "learning_starts": 0, "batch_size": 32},
+        "dataset": str(dataset_path), "total_grad_steps": 40, "total_env_steps": 80,
+        "o2o": {"pretrain": {"name": "calql", "num_critics": 4, "layer_norm": True, "actor_hidden": list(H),
+                             "critic_hidden": list(H), "batch_size": 32}, "warmup_steps": 40},
+    }))
+    crashing, pre, _ = _runner(tmp_path / "run", dataset_path, warmup=40, online=80, cls=_crashing(20))
+    crashing.config = config
+    with pytest.raises(_Crash):
+        crashing.learn()
+    policy = load_policy(tmp_path / "run")  # the checkpoint at gradient step 20 holds Cal-QL
+    assert type(policy.agent).__name__ == "CQL"
+    obs = {"policy": torch.randn(3, crashing.env.obs_dims["policy"])}
+    assert torch.allclose(policy.act(obs), pre.act_inference(obs), atol=1e-6)

@@ -95,8 +95,12 @@ def load_policy(run_dir: str | os.PathLike[str], device: str = "cpu") -> LoadedP
     if found is None:
         raise FileNotFoundError(f"no checkpoint in {run / 'checkpoints'}")
     path, state = found
-    algo = registry.spec_of(cfg.algo)
-    agent = algo.build(cfg.algo, spaces["obs_dims"], spaces["action_dim"], action_low=spaces["action_low"],
+    algo_cfg = cfg.algo
+    o2o = state.get("o2o")
+    if cfg.o2o is not None and cfg.o2o.pretrain is not None and o2o is not None and not o2o.get("online_started"):
+        algo_cfg = cfg.o2o.pretrain  # an offline-to-online run still in its offline phase: the pre-training learner
+    algo = registry.spec_of(algo_cfg)
+    agent = algo.build(algo_cfg, spaces["obs_dims"], spaces["action_dim"], action_low=spaces["action_low"],
                        action_high=spaces["action_high"], device=device, seed=cfg.seed)
     agent.load_state_dict(state["agent"])
     return LoadedPolicy(agent, cfg, spec, path)
