@@ -110,6 +110,10 @@ def test_online_phase_updates_and_the_target_moves(tmp_path, dataset_path):
     runner.learn()
     assert len(sac.replay) == 60
     assert sac.num_updates == 20  # 20 online control steps x utd 1; none during the 10 warm-up steps
+    again, _, sac4 = _runner(tmp_path / "utd4", dataset_path, warmup=20, online=60)
+    again.o2o.updates_per_step = 4
+    again.learn()
+    assert sac4.num_updates == 80
     target = sac.target_critic.state_dict()
     offline = pre.target_critic.state_dict()
     assert any(not torch.equal(target[k], offline[k]) for k in target)

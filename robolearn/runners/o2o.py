@@ -72,6 +72,9 @@ class O2OConfig:
     offline_ratio: float = 0.0
     """Fraction of every online batch drawn from the dataset: 0 drops the offline data after the
     offline phase (WSRL), 0.5 is RLPD's and Cal-QL's symmetric sampling, 1 learns from data only."""
+    updates_per_step: int = 1
+    """``agent.update()`` calls per online control step: the update-to-data ratio of the online
+    phase for every learner (SAC's own ``utd_ratio`` multiplies it)."""
     offline_steps_per_iteration: int = 1000
     """Gradient steps per iteration of the offline phase (the online phase's iterations are
     ``runner.steps_per_iteration`` control steps)."""
@@ -82,7 +85,7 @@ class O2OConfig:
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= float(r) <= 1.0:
             raise ConfigError(f"o2o.offline_ratio: expected a fraction in [0, 1], got {r!r}")
         self.offline_ratio = float(r)
-        for name, low in (("warmup_steps", 0), ("offline_steps_per_iteration", 1)):
+        for name, low in (("warmup_steps", 0), ("offline_steps_per_iteration", 1), ("updates_per_step", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"o2o.{name}: expected an integer >= {low}, got {value!r}")
@@ -328,7 +331,8 @@ class O2ORunner(BaseRunner):
                 self._record(info)
                 obs = next_obs
                 if learn:
-                    stats = self.agent.update() or stats
+                    for _ in range(self.o2o.updates_per_step):
+                        stats = self.agent.update() or stats
             return stats
 
         # The warm-up only collects (the policy stays frozen); the online phase is guarded as the
