@@ -54,15 +54,19 @@ def plan(args: argparse.Namespace) -> list[Job]:
     root = Path(args.root)
     common = [f"experiment={args.experiment}", "torch_threads=1", "runner.console=false", *args.overrides]
     jobs: list[Job] = []
-    for seed in args.seeds:
-        pre = root / "pretrain_calql" / f"seed{seed}"
-        if any(m in WSRL_FAMILY for m in args.methods):
+    if any(m in WSRL_FAMILY for m in args.methods):
+        for seed in args.seeds:
+            pre = root / "pretrain_calql" / f"seed{seed}"
             jobs.append(Job(f"pretrain_calql/seed{seed}", pre, [*common, "o2o_method=pretrain_calql", f"seed={seed}"]))
-        for method in args.methods:
+    for method in args.methods:  # method by method, so that an interrupted table has whole rows
+        for seed in args.seeds:
+            pre = root / "pretrain_calql" / f"seed{seed}"
             extra = [f"o2o_method={method}", f"seed={seed}"]
             after: list[str] = []
             if method in WSRL_FAMILY:
                 extra += ["o2o.pretrain=null", f"+o2o.checkpoint={pre}", "total_grad_steps=0"]
+                if args.warmup is not None and method != "wsrl_no_warmup":
+                    extra.append(f"o2o.warmup_steps={args.warmup}")
                 after = [f"pretrain_calql/seed{seed}"]
             jobs.append(Job(f"{method}/seed{seed}", root / method / f"seed{seed}", [*common, *extra], after))
     return jobs
@@ -110,6 +114,7 @@ def main() -> int:
     parser.add_argument("--root", default="runs/o2o")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     parser.add_argument("--metric", default="eval/return")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps of the WSRL variants (default: the method's)")
     parser.add_argument("--at", default=None, help="online env steps of the comparison table (default: compare's)")
     parser.add_argument("overrides", nargs="*", help="extra `robolearn train` overrides for every run")
     args = parser.parse_args()

@@ -129,8 +129,9 @@ class CollectConfig:
             raise ConfigError(f"noise: expected a finite number >= 0 (a fraction of the half action range), got {self.noise!r}")
 
 
-RECIPE_DATASETS: tuple[str, ...] = ("random", "medium", "medium-replay", "expert", "medium-expert")
-"""The D4RL-style datasets a recipe can build."""
+RECIPE_DATASETS: tuple[str, ...] = ("random", "medium", "medium-replay", "expert", "medium-expert", "diverse")
+"""The datasets a recipe can build: D4RL-style ones from trained behaviour runs, and for the
+``PointMaze-*`` tasks ``random``, ``expert`` and ``diverse`` from the waypoint planner."""
 
 
 @dataclass

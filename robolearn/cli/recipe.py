@@ -21,7 +21,7 @@ import torch
 
 import robolearn
 from robolearn.cli.build import flatten_overrides, load_policy
-from robolearn.cli.config import RecipeConfig
+from robolearn.cli.config import ConfigError, RecipeConfig
 from robolearn.data import Dataset, DatasetMetadata
 from robolearn.runners import CheckpointManager
 from robolearn.runners.collect import collect_episodes, noisy_policy, replay_episodes, uniform_policy
@@ -74,6 +74,8 @@ def build_task(task: str, cfg: RecipeConfig, train_job: TrainJob) -> dict[str, P
     folder = Path(cfg.root) / task
     runs = {"expert": folder / "runs" / "expert", "medium": folder / "runs" / "medium"}
     wanted = set(cfg.datasets)
+    if "diverse" in wanted:
+        raise ConfigError(f"datasets: 'diverse' is a maze dataset (PointMaze-*), not one of {task}'s; remove it")
     needs = {"expert": wanted & {"expert", "medium-expert"} or {"expert"}, "medium": wanted - {"random", "expert"}}
     _train(runs["expert"], task, cfg.expert_env_steps, cfg, train_job)  # always: its return is the reference
     if needs["medium"]:
@@ -124,6 +126,67 @@ def build_task(task: str, cfg: RecipeConfig, train_job: TrainJob) -> dict[str, P
     return {name: paths[name] for name in cfg.datasets}
 
 
+MAZE_DATASETS: tuple[str, ...] = ("random", "expert", "diverse")
+"""The datasets of a maze task (``PointMaze-*``): uniform random actions, the waypoint planner to the
+goal, and the planner wandering to random cells (D4RL's maze2d / AntMaze "diverse")."""
+
+
+def build_maze_task(task: str, cfg: RecipeConfig) -> dict[str, Path]:
+    """A maze task's datasets from the noisy waypoint planner (no training): ``random``, ``expert``
+    (to the goal; its mean return is the expert reference) and ``diverse`` (to random cells, with the
+    task's own goal reward). Each dataset's metadata has its success rate (last state inside the goal).
+    """
+    from robolearn.tasks.navigation.planner import WaypointPlanner
+    from robolearn.tasks.navigation.point_maze import GOAL_RADIUS, maze
+
+    layout = task.split("-")[1]
+    m = maze(layout)
+    folder = Path(cfg.root) / task
+    wanted = [d for d in cfg.datasets if d in MAZE_DATASETS] or list(MAZE_DATASETS)
+    paths = {name: folder / f"{name}.h5" for name in MAZE_DATASETS}
+
+    def episodes_of(which: str) -> list[dict[str, Any]]:
+        env = robolearn.make(task, cfg.num_envs, seed=cfg.seed + {"random": 1, "expert": 3, "diverse": 4}[which])
+        gen = torch.Generator().manual_seed(cfg.seed)
+        if which == "random":
+            from robolearn.runners.collect import uniform_policy
+
+            act = uniform_policy(env.ctrl_low.double(), env.ctrl_high.double(), gen)
+        else:
+            act = WaypointPlanner(m, cfg.num_envs, noise=cfg.expert_noise, diverse=which == "diverse", generator=gen)
+        try:
+            return collect_episodes(env, act, transitions=cfg.transitions, seed=cfg.seed)
+        finally:
+            env.close()
+
+    def success(eps: list[dict[str, Any]]) -> float:
+        last = torch.stack([e["observations"]["policy"][-1].double() for e in eps])
+        return float((torch.linalg.vector_norm(last[:, :2] - last[:, 4:6], dim=1) < GOAL_RADIUS).double().mean())
+
+    episodes: dict[str, list[dict[str, Any]]] = {}
+    refs: dict[str, float] = {}
+    for name in ("random", "expert"):  # the references, built even if unrequested
+        if paths[name].is_file():
+            refs[name] = float(Dataset.load(paths[name]).episode_returns().mean())
+        else:
+            episodes[name] = episodes_of(name)
+            refs[name] = _returns(episodes[name])
+    for name in MAZE_DATASETS:
+        if paths[name].is_file() or (name not in wanted and name not in episodes):
+            continue
+        eps = episodes.get(name) or episodes_of(name)
+        meta = DatasetMetadata(task_id=task, collection=f"waypoint-planner-{name}" if name != "random" else "random",
+                               ref_random_return=refs["random"], ref_expert_return=refs["expert"],
+                               extra={"recipe": "maze", "seed": cfg.seed, "mean_return": _returns(eps),
+                                      "success_rate": success(eps), "noise": cfg.expert_noise})
+        ds = Dataset.from_episodes(eps, meta)
+        ds.save(paths[name])
+        print(f"wrote {paths[name]}: {len(ds)} transitions, {ds.num_episodes} episodes, mean return "
+              f"{_returns(eps):.1f}, success rate {success(eps):.2f}")
+    return {name: paths[name] for name in wanted}
+
+
 def build_command(cfg: RecipeConfig, train_job: TrainJob) -> dict[str, dict[str, Path]]:
-    """Build every task's datasets, training the behaviour runs with ``train_job``."""
-    return {task: build_task(task, cfg, train_job) for task in cfg.tasks}
+    """Build every task's datasets, training the behaviour runs with ``train_job`` (maze tasks need none)."""
+    return {task: build_maze_task(task, cfg) if task.startswith("PointMaze-") else build_task(task, cfg, train_job)
+            for task in cfg.tasks}

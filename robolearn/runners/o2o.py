@@ -22,7 +22,8 @@ discounted return-to-go.
 The step axis of ``metrics.csv`` (``steps``) counts offline gradient steps, then env steps; the
 columns ``phase`` (0 offline, 1 warm-up, 2 online), ``offline/grad_steps`` and ``env_steps`` say
 where each row belongs. ``summary.json`` adds the score at the end of each phase and the
-collapse figure of WSRL's paper: the lowest evaluation over the first 10% of the online budget.
+collapse figure of WSRL's paper: the lowest evaluation over the first 10% of the online budget
+after the warm-up.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ offline learners fold their normalisation into the first layer) and the temperat
 learner keeps its own fresh optimisers, learning rates and generator."""
 
 EARLY_FRACTION = 0.1
-"""The start of the online budget over which the collapse figure takes its minimum (WSRL)."""
+"""The collapse figure is the lowest evaluation over this fraction of the online budget, right after
+the warm-up (WSRL)."""
 
 
 @dataclass
@@ -436,8 +438,11 @@ class O2ORunner(BaseRunner):
             for key in ("success_rate", "normalized_score"):
                 if math.isfinite(self.evals[-1][key]):
                     summary[f"final_{key}"] = self.evals[-1][key]
-        horizon = EARLY_FRACTION * int(self.cfg.total_env_steps)
-        early = [e["return"] for e in self.evals if 0 < e["env_steps"] <= horizon]
+        # The collapse window: the first 10% of the online budget after the warm-up, where the first
+        # updates on online data act (during the warm-up the policy is frozen and cannot collapse).
+        start = self.o2o.warmup_steps
+        horizon = start + EARLY_FRACTION * int(self.cfg.total_env_steps)
+        early = [e["return"] for e in self.evals if start < e["env_steps"] <= horizon]
         if early:
             summary["min_early_online_score"] = min(early)
             start = self.scores.get("offline", {}).get("return")
