@@ -54,14 +54,15 @@ def plan(args: argparse.Namespace) -> list[Job]:
     root = Path(args.root)
     common = [f"experiment={args.experiment}", "torch_threads=1", "runner.console=false", *args.overrides]
     jobs: list[Job] = []
+    calql = [] if args.calql_n_actions is None else [f"algo.cql_n_actions={args.calql_n_actions}"]
     if any(m in WSRL_FAMILY for m in args.methods):
         for seed in args.seeds:
             pre = root / "pretrain_calql" / f"seed{seed}"
-            jobs.append(Job(f"pretrain_calql/seed{seed}", pre, [*common, "o2o_method=pretrain_calql", f"seed={seed}"]))
+            jobs.append(Job(f"pretrain_calql/seed{seed}", pre, [*common, "o2o_method=pretrain_calql", f"seed={seed}", *calql]))
     for method in args.methods:  # method by method, so that an interrupted table has whole rows
         for seed in args.seeds:
             pre = root / "pretrain_calql" / f"seed{seed}"
-            extra = [f"o2o_method={method}", f"seed={seed}"]
+            extra = [f"o2o_method={method}", f"seed={seed}", *(calql if method == "calql_ft" else [])]
             after: list[str] = []
             if method in WSRL_FAMILY:
                 extra += ["o2o.pretrain=null", f"+o2o.checkpoint={pre}", "total_grad_steps=0"]
@@ -115,6 +116,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     parser.add_argument("--metric", default="eval/return")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps of the WSRL variants (default: the method's)")
+    parser.add_argument("--calql-n-actions", type=int, default=None,
+                        help="Cal-QL's sampled actions per kind (CORL: 10; the CPU protocol: 2) for its runs")
     parser.add_argument("--at", default=None, help="online env steps of the comparison table (default: compare's)")
     parser.add_argument("overrides", nargs="*", help="extra `robolearn train` overrides for every run")
     args = parser.parse_args()
