@@ -54,7 +54,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     root = Path(args.root)
     common = [f"experiment={args.experiment}", "torch_threads=1", "runner.console=false", *args.overrides]
     jobs: list[Job] = []
-    calql = [] if args.calql_n_actions is None else [f"algo.cql_n_actions={args.calql_n_actions}"]
+    calql = [f"algo.{kv}" for kv in args.calql]
     if any(m in WSRL_FAMILY for m in args.methods):
         for seed in args.seeds:
             pre = root / "pretrain_calql" / f"seed{seed}"
@@ -116,8 +116,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     parser.add_argument("--metric", default="eval/return")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps of the WSRL variants (default: the method's)")
-    parser.add_argument("--calql-n-actions", type=int, default=None,
-                        help="Cal-QL's sampled actions per kind (CORL: 10; the CPU protocol: 2) for its runs")
+    parser.add_argument("--calql", nargs="*", default=[],
+                        help="algo settings of the Cal-QL runs only (pre-training and calql_ft), e.g. cql_n_actions=2 actor_lr=3e-4")
     parser.add_argument("--at", default=None, help="online env steps of the comparison table (default: compare's)")
     parser.add_argument("overrides", nargs="*", help="extra `robolearn train` overrides for every run")
     args = parser.parse_args()
