@@ -89,6 +89,24 @@ def load_dataset(cfg: TrainConfig, env: BatchedEnv) -> Any:
         raise ConfigError(f"dataset: {exc}") from exc
 
 
+def read_dataset(cfg: TrainConfig, env: BatchedEnv) -> Any:
+    """:func:`load_dataset` with an unreadable file reported as a config error naming ``dataset``."""
+    try:
+        return load_dataset(cfg, env)
+    except OSError as exc:  # h5py's "file signature not found" names neither the file nor the format
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise ConfigError(f"dataset: {cfg.dataset} cannot be read as an HDF5 dataset ({exc})") from None
+
+
+def normalize_with(agent: Any, dataset: Any, obs_dims: Mapping[str, int]) -> None:
+    """Fix ``agent``'s observation statistics to the dataset's per-group mean and std (std at least 1e-3)."""
+    groups = {g: v for g, v in dataset.observations.items() if g in obs_dims}
+    mean = {g: v.double().mean(0).float() for g, v in groups.items()}
+    std = {g: v.double().std(0).float().clamp_min(1e-3) for g, v in groups.items()}
+    agent.set_obs_normalization(mean, std)
+
+
 def offline_reference(cfg: TrainConfig, dataset: Any) -> Any:
     """Reference returns for normalised scores: the dataset's own, else D4RL's for its task family."""
     from robolearn.data import d4rl_reference_returns
@@ -120,6 +138,8 @@ __all__ = [
     "build_env",
     "flatten_overrides",
     "load_dataset",
+    "normalize_with",
+    "read_dataset",
     "load_policy",
     "offline_reference",
     "read_train_config",

@@ -238,7 +238,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 def train_offline(cfg: TrainConfig) -> dict[str, Any]:
     """Offline learning: the dataset checked against the task, gradient steps, evaluation in simulation."""
-    from robolearn.cli.build import load_dataset, offline_reference
+    from robolearn.cli.build import normalize_with, offline_reference, read_dataset
     from robolearn.runners.offline import OfflineRunner
 
     try:
@@ -246,18 +246,10 @@ def train_offline(cfg: TrainConfig) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     try:
-        try:
-            dataset = load_dataset(cfg, eval_env)
-        except OSError as exc:  # h5py's "file signature not found" names neither the file nor the format
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise ConfigError(f"dataset: {cfg.dataset} cannot be read as an HDF5 dataset ({exc})") from None
+        dataset = read_dataset(cfg, eval_env)
         agent = build_agent(cfg, eval_env)
         if cfg.normalize_obs:
-            groups = {g: v for g, v in dataset.observations.items() if g in eval_env.obs_dims}
-            mean = {g: v.double().mean(0).float() for g, v in groups.items()}
-            std = {g: v.double().std(0).float().clamp_min(1e-3) for g, v in groups.items()}
-            agent.set_obs_normalization(mean, std)
+            normalize_with(agent, dataset, eval_env.obs_dims)
         runner = OfflineRunner(
             dataset,
             agent,

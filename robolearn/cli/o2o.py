@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from robolearn.algos import registry
-from robolearn.cli.build import EVAL_SEED_OFFSET, build_agent, build_env, load_dataset, offline_reference
+from robolearn.cli.build import (
+    EVAL_SEED_OFFSET,
+    build_agent,
+    build_env,
+    normalize_with,
+    offline_reference,
+    read_dataset,
+)
 from robolearn.runners.checkpoint import CheckpointError, CheckpointManager
 from robolearn.runners.o2o import O2ORunner, transfer_state
 from robolearn.runners.rundir import RunDirError, check_resume_spec
@@ -113,19 +120,11 @@ def train_o2o(cfg: TrainConfig) -> dict[str, Any]:
             check_transfer(pretrained, online, cfg)
         dataset = None
         if cfg.total_grad_steps or o2o.offline_ratio > 0:
-            try:
-                dataset = load_dataset(cfg, eval_env)
-            except OSError as exc:
-                if isinstance(exc, FileNotFoundError):
-                    raise ConfigError(str(exc)) from None
-                raise ConfigError(f"dataset: {cfg.dataset} cannot be read as an HDF5 dataset ({exc})") from None
+            dataset = read_dataset(cfg, eval_env)
             reference = offline_reference(cfg, dataset) or reference
             learner = pretrained if pretrained is not None else online
             if cfg.total_grad_steps and cfg.normalize_obs and hasattr(learner, "set_obs_normalization"):
-                groups = {g: v for g, v in dataset.observations.items() if g in eval_env.obs_dims}
-                mean = {g: v.double().mean(0).float() for g, v in groups.items()}
-                std = {g: v.double().std(0).float().clamp_min(1e-3) for g, v in groups.items()}
-                learner.set_obs_normalization(mean, std)
+                normalize_with(learner, dataset, eval_env.obs_dims)
         runner = O2ORunner(
             env,
             online,

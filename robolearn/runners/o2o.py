@@ -32,6 +32,7 @@ import gc
 import logging
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,17 +120,18 @@ class EpisodeReturns:
         self.gamma = float(gamma)
         self.pending: list[list[dict[str, Any]]] = [[] for _ in range(int(num_envs))]
 
-    def add(self, transition: Transition, store: Any) -> None:
-        """Hold one batched step; ``store(obs, action, reward, next_obs, terminated, truncated, extras)``
-        receives each finished episode.
+    def add(self, transition: Transition, store: Any, groups: Sequence[str] | None = None) -> None:
+        """Hold one batched step (its observation ``groups``, default all); ``store(obs, action, reward,
+        next_obs, terminated, truncated, extras)`` receives each finished episode.
         """
+        keep = list(transition.obs) if groups is None else list(groups)
         done = (transition.terminated | transition.truncated).cpu().tolist()
         for w, ended in enumerate(done):
             self.pending[w].append({
-                "obs": {g: v[w] for g, v in transition.obs.items()},
+                "obs": {g: transition.obs[g][w] for g in keep},
                 "action": transition.action[w],
                 "reward": transition.reward[w],
-                "next_obs": {g: v[w] for g, v in transition.next_obs.items()},
+                "next_obs": {g: transition.next_obs[g][w] for g in keep},
                 "terminated": transition.terminated[w],
                 "truncated": transition.truncated[w],
             })
@@ -351,17 +353,7 @@ class O2ORunner(BaseRunner):
         if self._episodes is None:
             self.agent.process(transition)
             return
-        replay = self.agent.replay
-        groups = list(self.agent_groups())
-        sub = Transition(
-            {g: transition.obs[g] for g in groups},
-            transition.action,
-            transition.reward,
-            {g: transition.next_obs[g] for g in groups},
-            transition.terminated,
-            transition.truncated,
-        )
-        self._episodes.add(sub, replay.add)
+        self._episodes.add(transition, self.agent.replay.add, self.agent_groups())
 
     def agent_groups(self) -> list[str]:
         """The observation groups the online learner stores (its actor's and critic's)."""
