@@ -44,11 +44,15 @@ def main() -> int:
     parser.add_argument("--grad-steps", type=int, default=100)
     args = parser.parse_args()
     root = Path(args.root)
+    # Small networks: the memory in question is the data's, and the runs stay short.
+    nets = ["algo.actor_hidden=[64,64]", "algo.critic_hidden=[64,64]"]
     common = [f"experiment={args.experiment}", f"dataset={args.dataset}", "torch_threads=1", "runner.console=false",
-              "runner.tensorboard=false", f"total_env_steps={args.online_steps}", f"o2o.warmup_steps={args.online_steps // 2}"]
+              "runner.tensorboard=false", f"total_env_steps={args.online_steps}", f"o2o.warmup_steps={args.online_steps // 2}",
+              f"o2o.offline_steps_per_iteration={args.grad_steps}", *nets]
     pre = root / "pretrain_calql"
-    train(pre, [f"experiment={args.experiment}", f"dataset={args.dataset}", "o2o_method=pretrain_calql",
-                f"total_grad_steps={args.grad_steps}", "torch_threads=1", "runner.console=false"])
+    train(pre, [f"experiment={args.experiment}", f"dataset={args.dataset}", "o2o_method=pretrain_calql", *nets,
+                f"total_grad_steps={args.grad_steps}", f"runner.steps_per_iteration={args.grad_steps}", "torch_threads=1",
+                "runner.console=false"])
     results = {
         "wsrl_from_checkpoint": train(root / "wsrl_ckpt", [*common, "o2o_method=wsrl", "o2o.pretrain=null",
                                                          f"+o2o.checkpoint={pre}", "total_grad_steps=0"]),
