@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-WSRL_FAMILY = ("wsrl", "wsrl_no_warmup", "wsrl_retain")
+WSRL_FAMILY = ("wsrl", "wsrl_no_warmup", "wsrl_retain", "wsrl_hard_backup")
 """Methods that start from the shared pre-trained Cal-QL checkpoint."""
 
 

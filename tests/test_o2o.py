@@ -159,6 +159,27 @@ def test_target_subsets_are_distinct_critics(monkeypatch):
     assert len({tuple(sorted(s.tolist())) for s in seen}) > 10  # drawn afresh, not one fixed pair
 
 
+@pytest.mark.parametrize("backup_entropy", [True, False])
+def test_backup_entropy_decides_the_temperature_in_the_critic_target(monkeypatch, backup_entropy):
+    import robolearn.algos.sac.agent as sac_agent
+
+    alphas: list[float] = []
+    original = sac_agent.critic_loss
+
+    def spy(*args, **kwargs):
+        alphas.append(float(args[4]))  # (critic, target, actor, batch, alpha, ...)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sac_agent, "critic_loss", spy)
+    agent = SAC({"policy": 3}, 1, SACConfig(init_alpha=0.7, autotune_alpha=False, backup_entropy=backup_entropy,
+                                            learning_starts=0, batch_size=8, actor_hidden=(8,), critic_hidden=(8,)))
+    obs = {"policy": torch.randn(16, 3)}
+    agent.process(Transition(obs, torch.rand(16, 1) * 2 - 1, torch.randn(16), obs, torch.zeros(16, dtype=torch.bool),
+                             torch.zeros(16, dtype=torch.bool)))
+    agent.update()
+    assert alphas == [pytest.approx(0.7 if backup_entropy else 0.0)]
+
+
 def test_episode_returns_hand_computed():
     stored: list[tuple] = []
     er = EpisodeReturns(2, gamma=0.5)

@@ -184,7 +184,7 @@ class SAC:
             self.target_critic,
             self.actor,
             batch,
-            alpha,
+            alpha if cfg.backup_entropy else torch.zeros_like(alpha),  # alpha enters the critic only through the target
             cfg.gamma,
             self.actor_group,
             self.critic_group,

@@ -37,6 +37,10 @@ class SACConfig:
     """How the actor loss reduces the ensemble: ``min`` (SAC) or ``mean`` (REDQ)."""
     utd_ratio: int = 1
     """Gradient steps per :meth:`SAC.update` call (update-to-data ratio per env step; REDQ: 20)."""
+    backup_entropy: bool = True
+    """Soft TD target ``r + gamma * (min Q(s', a') - alpha * log pi(a'|s'))``; False drops the entropy
+    term (CQL/Cal-QL's default, and WSRL's AntMaze setting): the target then has the scale of the
+    pre-trained critics it continues from."""
     policy_delay: int = 1
     """Actor and alpha are updated on every ``policy_delay``-th critic step."""
     learning_starts: int = 5000
