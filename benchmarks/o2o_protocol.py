@@ -55,14 +55,20 @@ def plan(args: argparse.Namespace) -> list[Job]:
     common = [f"experiment={args.experiment}", "torch_threads=1", "runner.console=false", *args.overrides]
     jobs: list[Job] = []
     calql = [f"algo.{kv}" for kv in args.calql]
+    # The offline phase's length, for the runs that have one (RLPD and SAC have none; the WSRL
+    # variants start from the pre-training's checkpoint).
+    offline = [] if args.offline_steps is None else [f"total_grad_steps={args.offline_steps}"]
     if any(m in WSRL_FAMILY for m in args.methods):
         for seed in args.seeds:
             pre = root / "pretrain_calql" / f"seed{seed}"
-            jobs.append(Job(f"pretrain_calql/seed{seed}", pre, [*common, "o2o_method=pretrain_calql", f"seed={seed}", *calql]))
+            jobs.append(Job(f"pretrain_calql/seed{seed}", pre, [*common, "o2o_method=pretrain_calql", f"seed={seed}", *calql,
+                                                                  *offline]))
     for method in args.methods:  # method by method, so that an interrupted table has whole rows
         for seed in args.seeds:
             pre = root / "pretrain_calql" / f"seed{seed}"
             extra = [f"o2o_method={method}", f"seed={seed}", *(calql if method == "calql_ft" else [])]
+            if method in ("calql_ft", "iql_ft", "wsrl_retain"):
+                extra += offline
             after: list[str] = []
             if method in WSRL_FAMILY:
                 extra += ["o2o.pretrain=null", f"+o2o.checkpoint={pre}", "total_grad_steps=0"]
@@ -118,6 +124,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps of the WSRL variants (default: the method's)")
     parser.add_argument("--calql", nargs="*", default=[],
                         help="algo settings of the Cal-QL runs only (pre-training and calql_ft), e.g. cql_n_actions=2 actor_lr=3e-4")
+    parser.add_argument("--offline-steps", type=int, default=None, help="offline gradient steps (default: the experiment's)")
     parser.add_argument("--at", default=None, help="online env steps of the comparison table (default: compare's)")
     parser.add_argument("overrides", nargs="*", help="extra `robolearn train` overrides for every run")
     args = parser.parse_args()
