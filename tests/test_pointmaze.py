@@ -16,10 +16,11 @@ from robolearn.tasks.navigation.planner import WaypointPlanner
 from robolearn.tasks.navigation.point_maze import GOAL_RADIUS, LAYOUTS, maze
 
 
-@pytest.mark.parametrize(("layout", "shape", "walls"), [("UMaze", (5, 5), 18), ("Medium", (8, 8), 38), ("Large", (9, 12), 62)])
-def test_layouts_parse_and_the_goal_is_reachable(layout, shape, walls):
+@pytest.mark.parametrize(("layout", "shape", "blocked"), [("UMaze", (5, 5), 18), ("Medium", (8, 8), 38), ("Large", (9, 12), 62)])
+def test_layouts_parse_and_the_goal_is_reachable(layout, shape, blocked):
     m = maze(layout)
-    assert m.shape == shape and len(m.walls) == walls
+    blocked_cells = m.walls
+    assert m.shape == shape and len(blocked_cells) == blocked
     assert all(len(row) == shape[1] for row in LAYOUTS[layout])
     # BFS from the start reaches the goal: walk next_cell until there.
     cell, goal, steps = m.find("S"), m.find("G"), 0
@@ -80,7 +81,7 @@ def test_the_point_cannot_cross_a_wall():
     for _ in range(100):
         obs, *_ = env.step(torch.tensor([[0.0, 1.0]]))
     y = float(obs["policy"][0, 1])
-    assert start_y + 0.3 < y < start_y + 0.5  # against the wall face (cell edge 0.5 up, minus the ball's radius)
+    assert start_y + 0.3 < y < start_y + 0.5  # held at the cell edge 0.5 up, minus the ball's radius
     assert float(obs["policy"][0, 3]) == pytest.approx(0.0, abs=0.05)  # and stopped there
 
 
