@@ -27,9 +27,9 @@ from robolearn.runners.train_config import TrainConfig, read_train_config, train
 from robolearn.utils.config import ConfigError
 
 
-def load_pretrained(cfg: TrainConfig, env: Any) -> tuple[Any, Any]:
-    """The learner saved in ``o2o.checkpoint`` (a finished offline run of this task) and its run's
-    reference returns (or ``None``).
+def load_pretrained(cfg: TrainConfig, env: Any) -> tuple[Any, Any, str]:
+    """The learner saved in ``o2o.checkpoint`` (a finished offline run of this task), its run's
+    reference returns (or ``None``) and its algorithm's name.
 
     Raises:
         ConfigError: not a run directory, another task, another observation layout, no readable
@@ -71,7 +71,7 @@ def load_pretrained(cfg: TrainConfig, env: Any) -> tuple[Any, Any]:
             from robolearn.runners.offline import ReferenceReturns
 
             reference = ReferenceReturns(float(refs["random"]), float(refs["expert"]))
-    return agent, reference
+    return agent, reference, spec.name
 
 
 def check_transfer(pretrained: Any, online: Any, cfg: TrainConfig) -> None:
@@ -107,8 +107,8 @@ def train_o2o(cfg: TrainConfig) -> dict[str, Any]:
         online = build_agent(cfg, env)
         pretrained, reference = None, None
         if o2o.checkpoint is not None:
-            pretrained, reference = load_pretrained(cfg, env)
-            if type(pretrained) is type(online) and registry.spec_of(cfg.algo).name == _saved_algo(o2o.checkpoint):
+            pretrained, reference, saved_algo = load_pretrained(cfg, env)
+            if saved_algo == registry.spec_of(cfg.algo).name:
                 online.load_state_dict(pretrained.state_dict())  # the same learner carries on
                 pretrained = None
         elif o2o.pretrain is not None:
@@ -158,11 +158,6 @@ def train_o2o(cfg: TrainConfig) -> dict[str, Any]:
         + f" ({cfg.run_dir})"
     )
     return summary
-
-
-def _saved_algo(run: str) -> str:
-    """The algorithm name in a run's ``config.json``."""
-    return registry.spec_of(read_train_config(run).algo).name
 
 
 __all__ = ["check_transfer", "load_pretrained", "train_o2o"]

@@ -267,8 +267,7 @@ class O2ORunner(BaseRunner):
         """
         if self.pretrained is not None:
             self.online_agent.load_state_dict(transfer_state(self.pretrained))
-            self.pretrained = None
-        self._use_online_agent()
+        self._use_online_agent()  # lets the pre-training learner go
         if self.pretrained_start and "offline" not in self.scores and self.eval_env is not None:
             # Started from a pre-trained checkpoint: its score is the offline score of this run.
             self._boundary, self._last_phase = "offline", "offline"
