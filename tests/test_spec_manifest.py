@@ -80,7 +80,7 @@ def _set(data: dict, path: str, value) -> dict:
         ("control_rate_hz", 50.0, r"control_rate_hz: expected 1 / dt = 20, got 50"),
         ("decimation", 0, r"decimation: expected a value >= 1, got 0"),
         ("joint_order[0]", "hip", r"joint_order: expected the action terms' joints"),
-        ("spec_version", 3, r"spec_version: expected one of 1, 2, got 3"),
+        ("spec_version", 4, r"spec_version: expected one of 1, 2, 3, got 4"),
         ("spare", 1, r"policy_spec\.spare: not a field of PolicySpec"),
     ],
 )
@@ -104,7 +104,7 @@ def test_version_1_files_still_load_and_describe_the_same_layout():
     old = json.loads(V1_FILE.read_text())
     assert old["spec_version"] == 1 and "source" not in old["observations"]["policy"]["terms"][0]
     spec = PolicySpec.from_dict(old)
-    assert spec.spec_version == 2  # upgraded in memory
+    assert spec.spec_version == 3  # upgraded in memory
     assert spec.observations["policy"].delay.lag_range == (0, 1)  # version 1 wrote [0.0, 1.0]
     assert spec.observations["policy"].terms[0].source == "" and spec.dtype == "float32"
     now = PolicySpec.from_dict(robolearn.make("Cartpole-Balance-DR", 2, seed=0).policy_spec())

@@ -9,6 +9,7 @@ into the manifest the deploy runtime enforces (DESIGN.md, "Exported policy").
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,21 @@ def delay_spec(model: Any, where: str) -> DelaySpec | None:
                          f"hold_prob; {model!r} has none ({exc})") from None
 
 
+def _term_params(term: ObsTerm) -> dict[str, Any]:
+    """The term's parameters that are JSON values (numbers, strings, lists of them); others (a
+    callable rule) are left out, since no runtime outside the simulator could evaluate them.
+    """
+    out: dict[str, Any] = {}
+    for key, value in (term.params or {}).items():
+        plain = _jsonable(value)
+        try:
+            json.dumps(plain, allow_nan=False)
+        except (TypeError, ValueError):
+            continue
+        out[str(key)] = plain
+    return out
+
+
 def _source(term: ObsTerm) -> str:
     """The term function's qualified name (what a deploy runtime maps to a robot reading)."""
     func = term.func
@@ -98,7 +114,7 @@ def obs_group_spec(
             noise = NoiseSpec(term.noise.kind, float(term.noise.scale))
         terms.append(ObsTermSpec(
             name=tname, start=start, dim=int(dim), unit=term.unit, scale=_floats(term.scale), clip=_pair(term.clip),
-            noise=noise, source=_source(term), privileged=bool(priv),
+            noise=noise, source=_source(term), privileged=bool(priv), params=_term_params(term),
         ))
         start += int(dim)
     return ObsGroupSpec(

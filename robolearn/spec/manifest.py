@@ -16,9 +16,12 @@ Versions (``spec_version``):
   ``privileged``, and at the top ``dtype`` (the observations' floating dtype). Every version-1
   field keeps its name, place and meaning, so ``observations.<group>.shape``, ``action_dim``,
   ``actions[i].low/high/dim`` and ``task_id`` read the same in both.
+* **3**: adds, per observation term, ``params`` (the term function's JSON-able parameters: which
+  ``qpos`` columns, which hinge), so a deploy runtime can compute the term from a robot's joint
+  readings without the task's code (``robolearn.sim2real.deploy.observations``).
 
-A version-1 file loads with the version-2 fields at their defaults and is upgraded in memory
-(``spec_version`` 2); writing it back writes the current layout.
+Older files load with the newer fields at their defaults and are upgraded in memory
+(``spec_version`` 3); writing one back writes the current layout.
 
 Numbers that may be infinite (action bounds, clip ranges) are written as the strings ``"inf"`` and
 ``"-inf"``, which JSON lacks as numbers; NaN is never valid.
@@ -38,9 +41,9 @@ from typing import Any, Literal
 from robolearn.types import DEPLOYABLE_GROUPS, OBS_GROUPS
 from robolearn.utils.config import ConfigError
 
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 """The layout :meth:`PolicySpec.to_dict` writes; bumped when a field changes name, place or meaning."""
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """Layouts :meth:`PolicySpec.from_dict` reads."""
 
 NoiseKind = Literal["uniform", "gaussian"]
@@ -97,6 +100,9 @@ class ObsTermSpec:
     runtime can map the term to a robot reading. Version 2; empty in version-1 files."""
     privileged: bool = False
     """Simulator-only information (true state, randomisation draws). Version 2."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The term function's parameters that are JSON values (``{"start": 0, "stop": 1}``); the deploy
+    runtime reads them to compute the term from a robot's readings. Version 3; empty before."""
 
 
 @dataclass(frozen=True)
