@@ -13,6 +13,9 @@
 #   PYTHON           interpreter that creates the venv                         (default: python3)
 #   VENV             where the venv goes, relative to the repository          (default: .venv)
 #   FORCE=1          reinstall the package even if nothing changed
+#   ROS=0            skip ROS: no Debian ROS 1 packages, no ROS 2 venv (the `ros` tests then skip,
+#                    saying why)                                                (default: 1)
+#   VENV_ROS2        the ROS 2 venv, relative to the repository               (default: .venv-ros2)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,12 +25,22 @@ TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 FORCE=${FORCE:-0}
+ROS=${ROS:-1}
+VENV_ROS2=${VENV_ROS2:-.venv-ros2}
 export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # python3-venv creates the venv. The rest are the GL libraries MuJoCo's offscreen renderer loads on
 # a machine without a display (robolearn/sim/render.py, GL_PACKAGES): EGL through libglvnd with
 # Mesa's drivers (llvmpipe where there is no GPU), and OSMesa as the software fallback.
 APT_PACKAGES=(python3 python3-venv libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6)
+# ROS 1 (Noetic's Python core as Debian packages it): the master, rospy, rosbag and the message
+# packages the bridges use (robolearn/sim2real/ros). They live in /usr/lib/python3/dist-packages;
+# install_ros1_path makes them importable from the venv (appended after its own packages, so the
+# venv's numpy and friends win). iproute2 brings `ip`, which brings loopback up inside `unshare -n`
+# for the ROS 2 tests.
+ROS_PACKAGES=(ros-core python3-rospy python3-rosmaster python3-rosbag python3-std-msgs python3-sensor-msgs
+              python3-trajectory-msgs python3-geometry-msgs iproute2)
+if [ "$ROS" = 1 ]; then APT_PACKAGES+=("${ROS_PACKAGES[@]}"); fi
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -102,7 +115,61 @@ install_python_packages() {
     printf '%s\n' "$want" >"$stamp"
 }
 
+install_ros1_path() {
+    # A .pth line is appended to sys.path after the venv's own site-packages.
+    local site pth
+    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    pth="$site/robolearn-ros1.pth"
+    if [ "$ROS" != 1 ] || [ ! -d /usr/lib/python3/dist-packages/rospy ]; then
+        rm -f "$pth"
+        say "ROS 1 not set up (ROS=$ROS; rospy in /usr/lib/python3/dist-packages: $([ -d /usr/lib/python3/dist-packages/rospy ] && echo yes || echo no))"
+        return
+    fi
+    printf '%s\n' /usr/lib/python3/dist-packages >"$pth"
+    say "ROS 1 importable from $VENV (rospy $("$VENV/bin/python" -c 'import rospy, os; print(os.path.dirname(rospy.__file__))'))"
+}
+
+install_ros2_venv() {
+    # ROS 2 comes as wheels (ros-rclpy and the message packages, Fast DDS). They get a venv of their
+    # own because their std_msgs/sensor_msgs packages share names with ROS 1's: one interpreter
+    # cannot import both. That venv sees the main venv's packages (robolearn, torch, onnxruntime)
+    # through a .pth that adds them after its own, so nothing is installed twice.
+    if [ "$ROS" != 1 ]; then
+        say "ROS 2 venv skipped (ROS=$ROS)"
+        return
+    fi
+    local stamp="$VENV_ROS2/.robolearn-setup" want site main_site
+    want=$(grep -A2 '^ros2 = ' pyproject.toml | sha256sum | cut -d' ' -f1)
+    if [ "$FORCE" != 1 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] \
+        && "$VENV_ROS2/bin/python" -c 'import rclpy, robolearn' 2>/dev/null; then
+        say "ROS 2 venv up to date: $VENV_ROS2"
+        return
+    fi
+    [ -x "$VENV_ROS2/bin/python" ] || "$PYTHON" -m venv "$VENV_ROS2"
+    local numpy_version ros2_reqs
+    numpy_version=$("$VENV/bin/python" -c 'import numpy; print(numpy.__version__)')
+    ros2_reqs=$("$VENV/bin/python" - <<'PY'
+import tomllib
+with open("pyproject.toml", "rb") as fh:
+    print(" ".join(tomllib.load(fh)["project"]["optional-dependencies"]["ros2"]))
+PY
+)
+    say "pip install (ROS 2 venv) $ros2_reqs"
+    # shellcheck disable=SC2086
+    "$VENV_ROS2/bin/python" -m pip install --quiet $ros2_reqs "numpy==$numpy_version"
+    site=$("$VENV_ROS2/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    main_site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    # addsitedir also runs the main venv's .pth files: the editable robolearn install among them.
+    printf 'import site; site.addsitedir(%s)\n' "'$(cd "$main_site" && pwd)'" >"$site/robolearn-main-venv.pth"
+    "$VENV_ROS2/bin/python" -c 'import rclpy, robolearn, onnxruntime' \
+        || die "the ROS 2 venv $VENV_ROS2 cannot import rclpy and robolearn together"
+    printf '%s\n' "$want" >"$stamp"
+    say "ROS 2 venv ready: $VENV_ROS2"
+}
+
 install_system_packages
 create_venv
 install_python_packages
+install_ros1_path
+install_ros2_venv
 say "done: $("$VENV/bin/python" -c 'import robolearn, torch, mujoco; print(f"robolearn {robolearn.__version__}, torch {torch.__version__}, mujoco {mujoco.__version__}")')"

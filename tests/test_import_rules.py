@@ -98,9 +98,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 }
 """DESIGN.md's "may import" column; a group may always import within itself."""
 
-SIMULATED_ROBOT_EXTRA = frozenset({"sim", "sim2real.randomization"})
+SIMULATED_ROBOT_EXTRA = frozenset({"envs", "sim", "sim2real.randomization"})
 """What the simulated robot (a ``sim2real/robots`` module whose name starts with ``sim``, e.g.
-``sim_robot.py``) may import besides the rest of its group's column."""
+``sim_robot.py``) may import besides the rest of its group's column: it is one world of a task's
+env (``envs``), so the task's actuator, latency and randomisation models act as in training."""
 
 RESTRICTED_THIRD_PARTY: dict[str, str] = {
     "hydra": "cli",

@@ -1,0 +1,130 @@
+"""The observation adapter: a robot's readings to the policy's observation, as in training.
+
+Each term of the policy's observation group is computed from a :class:`Reading` by a *term
+reader* chosen by the term's ``source`` (the function that measured it in simulation) and
+``params`` (which columns), both recorded in the manifest (policy spec version 3):
+
+========================================  =====================================================
+``robolearn.envs.mdp.qpos``               joint positions of ``qpos_joints[start:stop]``
+``robolearn.envs.mdp.qvel``               joint velocities of the same joints (1-DoF joints)
+``robolearn.envs.mdp.hinge_cos_sin``      ``[cos q, sin q]`` of ``qpos_joints[qpos_index]``
+``robolearn.envs.mdp.last_action``        the policy's previous action (zeros at the start)
+``robolearn.envs.mdp.command``            the robot's extra reading ``command/<name>``
+anything else                             the robot's extra reading named like the term
+========================================  =====================================================
+
+The values then go through the same :class:`robolearn.spec.ObservationProcessor` the env uses
+(clip, scale, cast, history stacking; no noise: a robot's sensors bring their own), so the robot's
+observation is the training observation by construction; ``tests/test_deploy.py`` checks it number
+for number against the env. A term no reader can compute is a mismatch, named before the robot
+moves (:meth:`ObservationAdapter.mismatches`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from robolearn.sim2real.robots.base import Reading, RobotFeatures
+from robolearn.spec import ObservationProcessor, ObsTermSpec, PolicySpec
+
+TermReader = Callable[[Reading, np.ndarray], np.ndarray]
+"""``(reading, last_action) -> [dim]`` float64 raw term value."""
+
+MDP = "robolearn.envs.mdp."
+
+
+class ObservationAdapter:
+    """Readings to the observation of one group of a policy spec (module doc)."""
+
+    def __init__(self, spec: PolicySpec, group: str, features: RobotFeatures, dtype: torch.dtype = torch.float32) -> None:
+        """Build one reader per term; :meth:`mismatches` lists the terms no reader could build."""
+        if group not in spec.observations:
+            raise KeyError(f"observations.{group}: the policy spec has no such group (it has {list(spec.observations)})")
+        self.spec = spec
+        self.group = group
+        self.features = features
+        self.problems: list[str] = []
+        """Why a term cannot be read from this robot (empty: every term can)."""
+        gspec = spec.observations[group]
+        self._readers: list[TermReader] = []
+        for term in gspec.terms:
+            reader, problem = self._reader(term)
+            if problem:
+                self.problems.append(f"observations.{group}.{term.name}: {problem}")
+            self._readers.append(reader)
+        self.processor = ObservationProcessor(group, gspec, dtype=dtype)
+        self.dims = [t.dim for t in gspec.terms]
+        self._buffers = [torch.zeros(1, d, dtype=torch.float64) for d in self.dims]
+
+    def mismatches(self) -> list[str]:
+        """Every term this robot cannot give (joint missing, extra reading missing, unknown source)."""
+        return list(self.problems)
+
+    def _joints(self, term: ObsTermSpec, key_start: str, key_stop: str) -> tuple[np.ndarray, str]:
+        """Columns in the robot's joints of ``qpos_joints[start:stop]`` (or a problem)."""
+        qj = self.spec.qpos_joints
+        start = int(term.params.get(key_start, 0))
+        stop = term.params.get(key_stop)
+        stop = len(qj) if stop is None else int(stop)
+        names = list(qj[start:stop])
+        if len(names) != term.dim:
+            return np.zeros(0, np.int64), (
+                f"reads qpos columns {start}:{stop} ({len(names)} joints of {list(qj)}) but has dim {term.dim}; "
+                "a floating base is not a joint reading: publish it as an extra reading named like the term"
+            )
+        missing = [n for n in names if n not in self.features.joints]
+        if missing:
+            return np.zeros(0, np.int64), f"needs joints {missing}, which robot {self.features.name!r} does not measure (it has {list(self.features.joints)})"
+        return np.array([self.features.joints.index(n) for n in names], dtype=np.int64), ""
+
+    def _reader(self, term: ObsTermSpec) -> tuple[TermReader, str]:
+        """The reader of one term and, when it cannot be read, why."""
+        source = term.source
+        none: TermReader = lambda r, a: np.zeros(term.dim)  # noqa: E731 - a placeholder for an unreadable term
+        if source in (MDP + "qpos", MDP + "qvel"):
+            cols, problem = self._joints(term, "start", "stop")
+            if problem:
+                return none, problem
+            if source.endswith("qpos"):
+                return (lambda r, a: r.joint_pos[cols]), ""
+            return (lambda r, a: r.joint_vel[cols]), ""
+        if source == MDP + "hinge_cos_sin":
+            index = int(term.params.get("qpos_index", -1))
+            qj = self.spec.qpos_joints
+            if not 0 <= index < len(qj) or qj[index] not in self.features.joints:
+                return none, f"needs joint {qj[index] if 0 <= index < len(qj) else index!r}, which robot {self.features.name!r} does not measure"
+            col = self.features.joints.index(qj[index])
+            return (lambda r, a: np.array([np.cos(r.joint_pos[col]), np.sin(r.joint_pos[col])])), ""
+        if source == MDP + "last_action":
+            if term.dim != self.spec.action_dim:
+                return none, f"a last-action term of dim {term.dim} for {self.spec.action_dim} actions"
+            return (lambda r, a: a), ""
+        key = f"command/{term.params.get('name')}" if source == MDP + "command" else term.name
+        width = self.features.extras.get(key)
+        if width is None:
+            return none, (
+                f"computed in simulation by {source or 'an unrecorded function'}; robot {self.features.name!r} "
+                f"must offer it as the extra reading {key!r} (it offers {sorted(self.features.extras) or 'none'})"
+            )
+        if width != term.dim:
+            return none, f"the extra reading {key!r} has width {width}, the term has dim {term.dim}"
+        return (lambda r, a: r.extras[key]), ""
+
+    def raw_terms(self, reading: Reading, last_action: np.ndarray) -> list[torch.Tensor]:
+        """Each term's raw value ``[1, dim]`` float64 (before clip and scale)."""
+        out = []
+        for reader, buf in zip(self._readers, self._buffers, strict=True):
+            buf[0] = torch.from_numpy(np.asarray(reader(reading, last_action), dtype=np.float64))
+            out.append(buf)
+        return out
+
+    def __call__(self, reading: Reading, last_action: np.ndarray) -> np.ndarray:
+        """The processed observation ``[1, D]`` (the network's input dtype) for ``reading``."""
+        return self.processor(self.raw_terms(reading, last_action)).numpy()
+
+    def reset(self) -> None:
+        """Start over: the next observation refills the history."""
+        self.processor.reset()

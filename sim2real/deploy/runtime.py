@@ -1,0 +1,307 @@
+"""The deploy runtime: an exported policy driving a robot in a fixed-rate loop behind a safety layer.
+
+One control step (:meth:`DeployRuntime.step`)::
+
+    reading = robot.read()                       # newest joint state, stamped
+    obs     = adapter(reading, last_action)      # the training observation processing (robolearn.spec)
+    action  = policy(obs)                        # ONNX Runtime, batch 1
+    command = action_processor(action)           # offset + scale * clip(action): physical units
+    command, flags = safety.filter(command, reading, now)
+    sent    = robot.send(command)                # what the robot applied
+    telemetry.record(...)
+
+The loop (:meth:`DeployRuntime.run`) ticks on the monotonic clock at absolute deadlines
+``t0 + k * period``, so a late tick never shifts the ones after it (no drift); it sleeps until just
+before a deadline and spins the rest (``spin_s``), which keeps the period jitter well under a
+millisecond on a loaded machine. A tick that falls more than a period behind is skipped, counted
+in :attr:`LoopStats.missed`, not made up by a burst of commands.
+
+Before anything moves, :func:`check_robot` compares the policy's manifest with the robot's declared
+features and refuses to start, naming every mismatch: command joints (names and order), widths,
+control rate, action semantics (torque / position / velocity targets), and every observation term
+the robot cannot give. While running, a reading older than the safety layer's ``stale_timeout_s``
+makes the layer hold (status ``stale``); older than ``lost_timeout_s``, the robot is taken for gone
+and the runtime stops sending (status ``lost``) until fresh readings return. An e-stop latches
+(status ``estop``). On exit the runtime damps for the safety layer's ``exit_s``.
+
+The deploy side imports neither MuJoCo nor the task registry (``tests/test_deploy.py`` checks
+``sys.modules``): only :mod:`robolearn.spec`, :mod:`robolearn.export`, :mod:`robolearn.data`, NumPy,
+torch (the shared processors) and ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from robolearn.sim2real.deploy.observations import ObservationAdapter
+from robolearn.sim2real.deploy.policy import ExportedPolicy
+from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig, SafetyLayer
+from robolearn.sim2real.deploy.telemetry import Telemetry
+from robolearn.sim2real.robots.base import Reading, Robot, RobotFeatures
+from robolearn.spec import ActionProcessor, PolicySpec
+
+log = logging.getLogger(__name__)
+
+
+class DeployMismatch(ValueError):
+    """A policy and a robot that do not fit; the message lists every mismatch."""
+
+    def __init__(self, problems: list[str]) -> None:
+        """Keep the list (``problems``) and say all of it."""
+        self.problems = list(problems)
+        super().__init__("the policy does not match the robot:\n  - " + "\n  - ".join(self.problems))
+
+
+def check_robot(spec: PolicySpec, group: str, features: RobotFeatures, rate_hz: float | None = None,
+                rate_rtol: float = 0.01) -> list[str]:
+    """Every reason policy ``spec`` (reading observation ``group``) cannot run on a robot with
+    ``features`` at ``rate_hz`` (default: the policy's rate); empty when it can.
+    """
+    problems: list[str] = []
+    want = [str(j) for j in spec.joint_order]
+    have = list(features.command_joints)
+    if len(want) != len(have):
+        problems.append(f"command joints: the policy commands {len(want)} joints {want}, the robot takes {len(have)} {have}")
+    elif want != have:
+        if sorted(want) == sorted(want) and set(want) == set(have):
+            problems.append(f"command joint order: the policy's is {want}, the robot's is {have}")
+        else:
+            problems.append(f"command joint names: the policy commands {want}, the robot takes {have}")
+    if spec.action_dim != len(have):
+        problems.append(f"action dimension: the policy outputs {spec.action_dim} numbers, the robot takes {len(have)}")
+    kinds = sorted({a.kind for a in spec.actions})
+    if kinds != [features.command_kind]:
+        problems.append(f"action semantics: the policy's actions are {kinds}, the robot takes {features.command_kind!r} commands")
+    policy_rate = float(spec.control_rate_hz)
+    if abs(features.rate_hz - policy_rate) > rate_rtol * policy_rate:
+        problems.append(f"control rate: the policy was trained at {policy_rate:g} Hz, the robot runs at {features.rate_hz:g} Hz")
+    if rate_hz is not None and abs(rate_hz - policy_rate) > rate_rtol * policy_rate:
+        problems.append(f"rate: {rate_hz:g} Hz was asked for, the policy was trained at {policy_rate:g} Hz")
+    adapter = ObservationAdapter(spec, group, features)
+    problems.extend(adapter.mismatches())
+    return problems
+
+
+@dataclass
+class LoopStats:
+    """What a run of the loop measured."""
+
+    ticks: list[float] = field(default_factory=list)
+    """Monotonic time of every tick."""
+    step_costs: list[float] = field(default_factory=list)
+    """Seconds from a tick to its command being sent (read + policy + safety + send)."""
+    missed: int = 0
+    """Deadlines skipped because the loop fell more than a period behind."""
+    sent: int = 0
+    """Commands sent."""
+
+    def periods(self) -> np.ndarray:
+        """Seconds between consecutive ticks."""
+        return np.diff(np.asarray(self.ticks))
+
+    def summary(self, period: float) -> dict[str, float]:
+        """Achieved rate, period jitter (``|period - nominal|`` p50/p99/max) and step cost p50/p99, seconds."""
+        p = self.periods()
+        if p.size == 0:
+            return {"ticks": float(len(self.ticks)), "missed": float(self.missed)}
+        jitter = np.abs(p - period)
+        cost = np.asarray(self.step_costs) if self.step_costs else np.zeros(1)
+        return {
+            "ticks": float(len(self.ticks)),
+            "rate_hz": float((len(self.ticks) - 1) / (self.ticks[-1] - self.ticks[0])),
+            "jitter_p50_s": float(np.percentile(jitter, 50)),
+            "jitter_p99_s": float(np.percentile(jitter, 99)),
+            "jitter_max_s": float(jitter.max()),
+            "step_cost_p50_s": float(np.percentile(cost, 50)),
+            "step_cost_p99_s": float(np.percentile(cost, 99)),
+            "missed": float(self.missed),
+            "sent": float(self.sent),
+        }
+
+
+class DeployRuntime:
+    """An exported policy on a robot (module doc)."""
+
+    def __init__(
+        self,
+        policy: ExportedPolicy,
+        robot: Robot,
+        safety: SafetyConfig | None = None,
+        *,
+        rate_hz: float | None = None,
+        lost_timeout_s: float = 0.5,
+        record: bool = True,
+        spin_s: float = 0.0005,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Check the policy against the robot (raise :class:`DeployMismatch`) and build the stages."""
+        spec = policy.manifest.spec
+        group = policy.manifest.obs_group
+        problems = check_robot(spec, group, robot.features, rate_hz)
+        if problems:
+            raise DeployMismatch(problems)
+        self.policy = policy
+        self.robot = robot
+        self.spec = spec
+        self.rate_hz = float(rate_hz or spec.control_rate_hz)
+        self.period = 1.0 / self.rate_hz
+        self.clock = clock
+        self.spin_s = float(spin_s)
+        self.lost_timeout_s = float(lost_timeout_s)
+        self.adapter = ObservationAdapter(spec, group, robot.features)
+        self.action_processor = ActionProcessor.from_spec(spec.actions)
+        self.safety = SafetyLayer(robot.features, safety or SafetyConfig(), clock=clock)
+        self.last_action = np.zeros(spec.action_dim)
+        self.telemetry = (
+            Telemetry(policy.obs_dim, spec.action_dim, len(robot.features.command_joints), len(robot.features.joints))
+            if record else None
+        )
+        self.stats = LoopStats()
+        self.status = "idle"
+        """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``lost``, ``estop``, ``exit``, ``stopped``."""
+        self._stop = threading.Event()
+        self._tick = 0.0
+
+    # -- one step ------------------------------------------------------------------------------
+    def act(self, reading: Reading) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Observation ``[1, D]``, raw action ``[A]`` and command ``[A]`` (physical units) for
+        ``reading``, without the safety layer or any state change (benchmarks, parity checks).
+        """
+        obs = self.adapter(reading, self.last_action)
+        action = self.policy(obs).reshape(-1)
+        command = self.action_processor(torch.from_numpy(action).reshape(1, -1)).numpy().reshape(-1)
+        return obs, action, command
+
+    def step(self) -> int | None:
+        """One control step (module doc); return the interventions sent, or ``None`` when nothing was
+        sent (no reading yet, or the robot is lost).
+        """
+        now = self.clock()
+        reading = self.robot.read()
+        if reading is None or now - reading.age_reference > self.lost_timeout_s:
+            if self.status != "lost" and self.status != "idle":
+                log.warning("deploy: no reading for %.3f s; the robot is lost, sending nothing",
+                            math.inf if reading is None else now - reading.age_reference)
+            self.status = "lost" if self.status != "idle" else "idle"
+            return None
+        if self.safety.state == "idle":
+            self.safety.start(reading, now)
+            self.adapter.reset()
+        fresh = now - reading.age_reference <= self.safety.config.stale_timeout_s
+        obs = action = command = None
+        if fresh and self.safety.state != "estop":
+            obs = self.adapter(reading, self.last_action)
+            action = self.policy(obs).reshape(-1)
+            command = self.action_processor(torch.from_numpy(action).reshape(1, -1)).numpy().reshape(-1)
+            if np.all(np.isfinite(action)):
+                # The last-action term is the policy's own choice, as env.action is in training.
+                self.last_action = action.astype(np.float64)
+        safe, flags = self.safety.filter(command, reading, now)
+        sent = self.robot.send(safe)
+        sent_at = self.clock()
+        self.stats.sent += 1
+        self.stats.step_costs.append(sent_at - now)
+        self.status = self._status(flags, fresh)
+        if self.telemetry is not None:
+            self.telemetry.record(
+                obs if obs is not None else self._last_obs(),
+                action if action is not None else np.zeros(self.spec.action_dim),
+                safe, sent, reading.joint_pos, reading.joint_vel,
+                stamp=reading.stamp, tick=now, sent_at=sent_at, interventions=flags,
+                policy_active=obs is not None and not flags & (Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE),
+            )
+        return flags
+
+    def _last_obs(self) -> np.ndarray:
+        """The observation recorded for a step the policy did not see (the previous one, or zeros)."""
+        if self.telemetry is not None and len(self.telemetry):
+            return self.telemetry.obs[-1]
+        return np.zeros(self.policy.obs_dim, np.float32)
+
+    def _status(self, flags: int, fresh: bool) -> str:
+        """The status word after a step."""
+        if flags & Intervention.ESTOP:
+            return "estop"
+        if not fresh or flags & Intervention.STALE:
+            return "stale"
+        if flags & Intervention.RAMP:
+            return "ramp"
+        if flags & (Intervention.HOLD | Intervention.NONFINITE):
+            return "hold"
+        return "run"
+
+    def estop(self, reason: str = "e-stop") -> None:
+        """Latch the e-stop: from the next step on only the safe command is sent."""
+        log.warning("deploy: e-stop (%s)", reason)
+        self.safety.estop(reason)
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish (it damps for ``exit_s`` first); safe from any thread."""
+        self._stop.set()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _wait_until(self, deadline: float) -> None:
+        """Sleep until ``spin_s`` before ``deadline``, then spin (the OS wakes threads late)."""
+        remaining = deadline - self.clock() - self.spin_s
+        if remaining > 0:
+            self._stop.wait(remaining)
+        while self.clock() < deadline and not self._stop.is_set():
+            pass
+
+    def run(self, duration_s: float | None = None, steps: int | None = None,
+            on_step: Callable[[DeployRuntime, int | None], None] | None = None) -> LoopStats:
+        """Run the loop until ``duration_s`` passed, ``steps`` ticks ran or :meth:`stop` was called;
+        then damp for the safety layer's ``exit_s``. ``on_step`` sees the runtime after every tick.
+        """
+        self._stop.clear()
+        t0 = self.clock()
+        k = 0
+        try:
+            while not self._stop.is_set():
+                if steps is not None and k >= steps:
+                    break
+                deadline = t0 + k * self.period
+                if duration_s is not None and deadline - t0 > duration_s:
+                    break
+                self._wait_until(deadline)
+                if self._stop.is_set():
+                    break
+                self.stats.ticks.append(self.clock())
+                flags = self.step()
+                if on_step is not None:
+                    on_step(self, flags)
+                k += 1
+                late = self.clock() - (t0 + k * self.period)
+                if late > self.period:
+                    skip = int(late / self.period)
+                    self.stats.missed += skip
+                    k += skip
+        finally:
+            self.exit()
+        return self.stats
+
+    def exit(self) -> None:
+        """Damp for the safety layer's ``exit_s`` at the loop's rate, then stop sending."""
+        if self.status in ("stopped", "idle"):
+            self.status = "stopped"
+            return
+        self.status = "exit"
+        t0 = self.clock()
+        k = 0
+        while self.clock() - t0 < self.safety.config.exit_s and self.robot.is_connected:
+            reading = self.robot.read()
+            if reading is None or self.clock() - reading.age_reference > self.lost_timeout_s:
+                break
+            cmd, flags = self.safety.exit_command(reading, self.clock())
+            self.robot.send(cmd)
+            k += 1
+            self._stop.wait(max(0.0, t0 + k * self.period - self.clock()))
+        self.status = "stopped"

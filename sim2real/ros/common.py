@@ -1,0 +1,233 @@
+"""What the ROS 1 and ROS 2 bridges share, with no ROS import: topics, checks, the parameter file.
+
+Both bridges speak the same topics (names relative to a namespace, default ``/robolearn``):
+
+===================  ===========================================  ==========================
+topic                type                                         direction
+===================  ===========================================  ==========================
+``joint_states``     ``sensor_msgs/JointState``                   robot -> policy
+``command``          ``std_msgs/Float64MultiArray`` or             policy -> robot
+                     ``trajectory_msgs/JointTrajectory``
+``cmd_vel``          ``geometry_msgs/Twist``                      operator -> policy (optional)
+``estop``            ``std_msgs/Bool`` (``true`` latches)          anyone -> policy and robot
+``policy_status``    ``std_msgs/String`` (JSON)                   policy -> anyone
+``robot_status``     ``std_msgs/String`` (JSON)                   robot -> anyone
+``reward``           ``std_msgs/Float64``                         simulated robot -> logs
+===================  ===========================================  ==========================
+
+A message is checked before it is used (:func:`joint_state_reading`, :func:`command_vector`): a
+joint state whose names miss a joint the robot declared, whose arrays disagree in length with its
+names, or that holds NaN or infinity is refused with an error naming the topic, the field and the
+value; the bridge logs it and keeps its last good reading, so the safety layer's watchdog holds
+the robot once that reading goes stale.
+
+:func:`node_parameters` writes the parameter file of a policy node from its manifest and robot
+(topics, joints, rate, limits), in the layout ROS 1 (``rosparam load``) and ROS 2
+(``--params-file``, under ``<node>: ros__parameters:``) read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robolearn.sim2real.robots.base import Reading, RobotFeatures
+
+COMMAND_TYPES = ("float64_multi_array", "joint_trajectory")
+"""Message types a command topic may use."""
+
+
+class MalformedMessage(ValueError):
+    """A message that cannot be used (field, value and expectation named)."""
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Topic names of one robot, relative to ``namespace``."""
+
+    namespace: str = "/robolearn"
+    """Prefix of every topic."""
+    joint_states: str = "joint_states"
+    """``sensor_msgs/JointState`` from the robot."""
+    command: str = "command"
+    """Commands to the robot."""
+    command_type: str = "float64_multi_array"
+    """``float64_multi_array`` or ``joint_trajectory``."""
+    cmd_vel: str = ""
+    """``geometry_msgs/Twist`` velocity commands (empty: none), fed to the policy as the extra
+    reading ``command/<cmd_vel_name>`` as ``[linear.x, linear.y, angular.z]``."""
+    cmd_vel_name: str = "base_velocity"
+    """The command term the Twist feeds."""
+    estop: str = "estop"
+    """``std_msgs/Bool`` e-stop."""
+    policy_status: str = "policy_status"
+    """``std_msgs/String`` status of the policy node."""
+    robot_status: str = "robot_status"
+    """``std_msgs/String`` status of the robot node."""
+    reward: str = "reward"
+    """``std_msgs/Float64`` reward of the simulated robot (for checking labelled logs)."""
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown command type."""
+        if self.command_type not in COMMAND_TYPES:
+            raise ValueError(f"command_type: expected one of {list(COMMAND_TYPES)}, got {self.command_type!r}")
+
+    def name(self, topic: str) -> str:
+        """The full name of ``topic`` (an attribute's value) under the namespace."""
+        if topic.startswith("/"):
+            return topic
+        return f"{self.namespace.rstrip('/')}/{topic}"
+
+
+def joint_state_reading(
+    features: RobotFeatures,
+    names: Sequence[str],
+    position: Sequence[float],
+    velocity: Sequence[float],
+    effort: Sequence[float],
+    stamp: float,
+    received: float,
+    topic: str = "joint_states",
+) -> Reading:
+    """A :class:`Reading` of ``features.joints`` from a JointState's fields (any joint order; extra
+    joints ignored), or :class:`MalformedMessage` naming what is wrong.
+    """
+    names = list(names)
+    n = len(names)
+    for field_name, values in (("position", position), ("velocity", velocity)):
+        if len(values) != n:
+            raise MalformedMessage(f"{topic}: {field_name} has {len(values)} values for {n} names {names}")
+    if len(effort) not in (0, n):
+        raise MalformedMessage(f"{topic}: effort has {len(effort)} values for {n} names (expected 0 or {n})")
+    index = {name: i for i, name in enumerate(names)}
+    missing = [j for j in features.joints if j not in index]
+    if missing:
+        raise MalformedMessage(f"{topic}: name lacks joints {missing} of robot {features.name!r} (got {names})")
+    cols = [index[j] for j in features.joints]
+    pos = np.asarray(position, dtype=np.float64)[cols]
+    vel = np.asarray(velocity, dtype=np.float64)[cols]
+    for field_name, values in (("position", pos), ("velocity", vel)):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            which = [features.joints[i] for i in np.flatnonzero(bad)]
+            raise MalformedMessage(f"{topic}: {field_name} of {which} is not finite ({values[bad].tolist()})")
+    eff = np.asarray(effort, dtype=np.float64)[cols] if len(effort) else None
+    return Reading(stamp=float(stamp), joint_pos=pos, joint_vel=vel, joint_effort=eff, received=float(received))
+
+
+def command_vector(features: RobotFeatures, values: Sequence[float], names: Sequence[str] | None = None,
+                   topic: str = "command") -> np.ndarray:
+    """A command ``[len(command_joints)]`` from a message's numbers (with joint ``names`` for a
+    trajectory, reordered to the robot's order), or :class:`MalformedMessage`.
+    """
+    want = features.command_joints
+    vals = np.asarray(list(values), dtype=np.float64)
+    if names is not None and len(names):
+        names = list(names)
+        if sorted(names) != sorted(want):
+            raise MalformedMessage(f"{topic}: joint_names {names} are not the robot's command joints {list(want)}")
+        if len(vals) != len(names):
+            raise MalformedMessage(f"{topic}: {len(vals)} values for {len(names)} joint_names")
+        vals = vals[[names.index(j) for j in want]]
+    if vals.shape != (len(want),):
+        raise MalformedMessage(f"{topic}: expected {len(want)} values (one per joint {list(want)}), got {vals.size}")
+    if not np.all(np.isfinite(vals)):
+        raise MalformedMessage(f"{topic}: non-finite command {vals.tolist()}")
+    return vals
+
+
+def status_json(**fields: Any) -> str:
+    """A status message's text: one JSON object (numbers rounded for reading)."""
+    return json.dumps({k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in fields.items()})
+
+
+def node_parameters(
+    features: RobotFeatures,
+    topics: Topics,
+    *,
+    policy: str = "",
+    rate_hz: float | None = None,
+    safety: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The parameters of a policy node: topics, the robot's joints and limits, the rate, safety."""
+    robot = features.to_dict()
+    return {
+        "policy": str(policy),
+        "rate_hz": float(rate_hz if rate_hz is not None else features.rate_hz),
+        "topics": asdict(topics),
+        "robot": robot,
+        "safety": dict(safety or {}),
+    }
+
+
+def write_parameters(path: str | os.PathLike[str], node: str, params: Mapping[str, Any], ros: int) -> Path:
+    """Write ``params`` as a YAML parameter file for ROS ``ros`` (1: a mapping under ``node``; 2:
+    ``node: ros__parameters:`` with nested mappings flattened to ``a.b`` keys); atomic.
+    """
+    import yaml
+
+    if ros not in (1, 2):
+        raise ValueError(f"ros: expected 1 or 2, got {ros!r}")
+    if ros == 1:
+        doc: dict[str, Any] = {node: dict(params)}
+    else:
+        doc = {node: {"ros__parameters": _flatten(params)}}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            yaml.safe_dump(doc, fh, sort_keys=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as ``a.b`` keys (ROS 2 parameters are flat); lists of lists as JSON text."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if value:
+                out.update(_flatten(value, f"{name}."))
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple, Mapping)) for v in value):
+            out[name] = json.dumps(value)
+        else:
+            out[name] = value
+    return out
+
+
+def read_parameters(path: str | os.PathLike[str], node: str) -> dict[str, Any]:
+    """Read back a parameter file written by :func:`write_parameters` (either layout)."""
+    import yaml
+
+    with open(path) as fh:
+        doc = yaml.safe_load(fh) or {}
+    body = doc.get(node, doc)
+    if "ros__parameters" in body:
+        flat = body["ros__parameters"]
+        nested: dict[str, Any] = {}
+        for key, value in flat.items():
+            parts = key.split(".")
+            node_map = nested
+            for p in parts[:-1]:
+                node_map = node_map.setdefault(p, {})
+            if isinstance(value, str) and value[:1] == "[":
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError:
+                    pass
+            node_map[parts[-1]] = value
+        return nested
+    return dict(body)
