@@ -1,0 +1,306 @@
+"""The ROS 1 bridge: a robot behind ``rospy`` topics, and what its two nodes share.
+
+:class:`Ros1Robot` is a :class:`~robolearn.sim2real.robots.base.Robot` whose readings arrive as
+``sensor_msgs/JointState`` on ``<namespace>/joint_states`` and whose commands leave on
+``<namespace>/command`` (``std_msgs/Float64MultiArray``, or ``trajectory_msgs/JointTrajectory``
+with one point: efforts for a torque robot, positions for position targets, velocities for
+velocity targets; :attr:`Topics.command_type <robolearn.sim2real.ros.common.Topics>` chooses).
+A reading is stamped with its header's time and with ``time.monotonic()`` when it arrived, so the
+deploy runtime measures staleness on its own clock. A malformed message (a joint missing from
+``name``, arrays whose lengths disagree, NaN or infinity) is counted, logged with the field named
+(the first of a kind at once, then at most once a second) and dropped: the last good reading stays,
+goes stale, and the safety layer holds the robot. An optional ``geometry_msgs/Twist`` topic feeds
+the extra reading ``command/<cmd_vel_name>`` as ``[linear.x, linear.y, angular.z]``.
+
+The nodes (``python -m robolearn.sim2real.ros.ros1_policy_node`` and ``...ros1_robot_node``) are
+built from these pieces: :func:`init_node`, :func:`command_message` / :func:`parse_command`,
+:func:`joint_state_message`, and the :class:`ThrottledLog` both use for bad input.
+
+rospy is imported here and only under ``sim2real/ros`` (``tests/test_import_rules.py``); a process
+holds one ROS node, so :class:`Ros1Robot` expects :func:`init_node` (or ``rospy.init_node``) first.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import rospy
+from geometry_msgs.msg import Twist
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
+from robolearn.sim2real.ros.common import MalformedMessage, Topics, command_vector, joint_state_reading
+
+log = logging.getLogger(__name__)
+
+TRAJECTORY_FIELD = {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}
+"""The ``JointTrajectoryPoint`` field that carries each command kind."""
+
+
+def init_node(name: str, *, anonymous: bool = False) -> None:
+    """Start this process's ROS node ``name`` with rospy's signal handlers off (the caller stops
+    its own loop on SIGINT/SIGTERM, then damps and saves before shutting rospy down).
+
+    The node's namespace is ``ROS_NAMESPACE`` as it was when rospy was first imported.
+    """
+    if rospy.core.is_initialized():
+        return
+    # argv=[]: the node's own command line is argparse's, not remapping arguments.
+    rospy.init_node(name, anonymous=anonymous, disable_signals=True, argv=[])
+
+
+def log_to_stderr(fmt: str = "[%(name)s][%(levelname)s] %(asctime)s: %(message)s") -> None:
+    """Send robolearn's log records to stderr as well: ``rospy.init_node`` replaces the root
+    logger's handlers with the ROS log file (they still reach it through propagation).
+    """
+    logger = logging.getLogger("robolearn")
+    if not any(getattr(h, "robolearn_stderr", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(fmt))
+        handler.robolearn_stderr = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def command_class(command_type: str) -> type:
+    """The message class of a command topic of ``command_type`` (``Topics.command_type``)."""
+    if command_type == "float64_multi_array":
+        return Float64MultiArray
+    if command_type == "joint_trajectory":
+        return JointTrajectory
+    raise ValueError(f"command_type: expected float64_multi_array or joint_trajectory, got {command_type!r}")
+
+
+def command_message(features: RobotFeatures, command_type: str, command: np.ndarray) -> Float64MultiArray | JointTrajectory:
+    """``command`` (``[len(command_joints)]``, physical units) as a message of ``command_type``.
+
+    A trajectory holds one point reached one control period from now (``header.stamp`` zero: start
+    on receipt), in the field of the robot's command kind (:data:`TRAJECTORY_FIELD`).
+    """
+    values = [float(v) for v in np.asarray(command, dtype=np.float64).reshape(-1)]
+    if command_type == "float64_multi_array":
+        msg = Float64MultiArray()
+        n = len(values)
+        msg.layout.dim = [MultiArrayDimension(label="joints", size=n, stride=n)]
+        msg.data = values
+        return msg
+    if command_type != "joint_trajectory":
+        raise ValueError(f"command_type: expected float64_multi_array or joint_trajectory, got {command_type!r}")
+    msg = JointTrajectory()
+    msg.joint_names = list(features.command_joints)
+    point = JointTrajectoryPoint()
+    setattr(point, TRAJECTORY_FIELD[features.command_kind], values)
+    point.time_from_start = rospy.Duration.from_sec(features.period)
+    msg.points = [point]
+    return msg
+
+
+def parse_command(features: RobotFeatures, msg: Float64MultiArray | JointTrajectory, topic: str = "command") -> np.ndarray:
+    """The command vector in ``msg`` in the robot's joint order, or :class:`MalformedMessage` naming
+    the field (``command.data``, ``command.points[0].effort``, ``command.joint_names``).
+    """
+    if isinstance(msg, JointTrajectory):
+        if len(msg.points) != 1:
+            raise MalformedMessage(f"{topic}.points: expected 1 point (the next command), got {len(msg.points)}")
+        field = TRAJECTORY_FIELD[features.command_kind]
+        names = list(msg.joint_names)
+        if sorted(names) != sorted(features.command_joints):
+            raise MalformedMessage(f"{topic}.joint_names: {names} are not the robot's command joints "
+                                   f"{list(features.command_joints)}")
+        return command_vector(features, getattr(msg.points[0], field), names, topic=f"{topic}.points[0].{field}")
+    return command_vector(features, msg.data, topic=f"{topic}.data")
+
+
+def joint_state_message(features: RobotFeatures, reading: Reading, stamp: rospy.Time | None = None) -> JointState:
+    """``reading`` as a JointState of ``features.joints`` (``header.stamp``: ``stamp`` or now)."""
+    msg = JointState()
+    msg.header.stamp = stamp if stamp is not None else rospy.Time.now()
+    msg.name = list(features.joints)
+    msg.position = reading.joint_pos.tolist()
+    msg.velocity = reading.joint_vel.tolist()
+    if reading.joint_effort is not None:
+        msg.effort = reading.joint_effort.tolist()
+    return msg
+
+
+class ThrottledLog:
+    """Errors of bad input, logged without flooding: a new kind of error at once, the same kind at
+    most every ``every_s`` seconds (with how many came meanwhile); every one is counted.
+    """
+
+    def __init__(self, logger: logging.Logger, what: str, every_s: float = 1.0) -> None:
+        """Log to ``logger``, describing each error as ``what`` (``"malformed joint_states"``)."""
+        self.logger = logger
+        self.what = what
+        self.every_s = float(every_s)
+        self.count = 0
+        """Errors seen."""
+        self.last_error = ""
+        """The newest error's text."""
+        self._last_logged: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, error: str) -> None:
+        """Count ``error`` and log it unless its kind was logged within ``every_s``."""
+        kind = error.split(":", 2)[:2]
+        key = ":".join(kind)
+        now = time.monotonic()
+        with self._lock:
+            self.count += 1
+            self.last_error = error
+            self._since[key] = self._since.get(key, 0) + 1
+            if now - self._last_logged.get(key, -math.inf) < self.every_s:
+                return
+            n = self._since.pop(key)
+            self._last_logged[key] = now
+        more = f" ({n} like it since the last report)" if n > 1 else ""
+        self.logger.error("%s rejected: %s%s; %d rejected in all", self.what, error, more, self.count)
+
+
+class Ros1Robot(Robot):
+    """A robot behind ROS 1 topics (module doc)."""
+
+    def __init__(self, features: RobotFeatures, topics: Topics | None = None, *, queue_size: int = 10,
+                 log_every_s: float = 1.0) -> None:
+        """Describe the robot (``features``, as its own description declares it) and its topics.
+
+        ``queue_size`` bounds the command publisher's outgoing queue (a slow subscriber drops the
+        oldest commands, never delays the newest).
+        """
+        self.features = features
+        self.topics = topics or Topics()
+        self.queue_size = int(queue_size)
+        self.rejected = ThrottledLog(log, f"robot {features.name!r}: malformed {self.topics.joint_states}", log_every_s)
+        """Malformed joint states (``count``, ``last_error``)."""
+        self.received = 0
+        """Good joint states received."""
+        self._reading: Reading | None = None
+        self._twist: np.ndarray | None = None
+        self._twist_key = f"command/{self.topics.cmd_vel_name}"
+        self._lock = threading.Lock()
+        self._subs: list[rospy.Subscriber] = []
+        self._pub: rospy.Publisher | None = None
+
+    # -- Robot ---------------------------------------------------------------------------------
+    @property
+    def is_connected(self) -> bool:
+        """Whether the topics are open."""
+        return self._pub is not None
+
+    def connect(self) -> None:
+        """Subscribe to the joint states (and Twist) and advertise the command topic; idempotent."""
+        if self._pub is not None:
+            return
+        if not rospy.core.is_initialized():
+            raise RobotError(f"robot {self.features.name!r}: no ROS node in this process; call "
+                             "robolearn.sim2real.ros.ros1.init_node(name) (or rospy.init_node) before connect()")
+        t = self.topics
+        # tcp_nodelay: a JointState is a few hundred bytes; Nagle's algorithm would hold it back.
+        self._subs.append(rospy.Subscriber(t.name(t.joint_states), JointState, self._on_joint_state,
+                                           queue_size=1, tcp_nodelay=True))
+        if t.cmd_vel:
+            self._subs.append(rospy.Subscriber(t.name(t.cmd_vel), Twist, self._on_twist, queue_size=1))
+        self._pub = rospy.Publisher(t.name(t.command), command_class(t.command_type), queue_size=self.queue_size,
+                                    tcp_nodelay=True)
+        log.info("robot %r: reading %s, commanding %s (%s)", self.features.name, t.name(t.joint_states),
+                 t.name(t.command), t.command_type)
+
+    def disconnect(self) -> None:
+        """Close the topics; idempotent."""
+        for sub in self._subs:
+            sub.unregister()
+        self._subs = []
+        if self._pub is not None:
+            self._pub.unregister()
+            self._pub = None
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a first reading and a subscriber on the command topic; return
+        whether both came (a runtime may start without them: it idles until readings arrive).
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not rospy.is_shutdown():
+            if self._reading is not None and self._pub is not None and self._pub.get_num_connections() > 0:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def read(self) -> Reading | None:
+        """The newest good reading (``None`` before the first), with the newest Twist as an extra."""
+        if self._pub is None:
+            raise RobotError(f"robot {self.features.name!r}: read() before connect()")
+        with self._lock:
+            reading, twist = self._reading, self._twist
+        if reading is not None and self._twist_key in self.features.extras:
+            extras = dict(reading.extras)
+            extras[self._twist_key] = twist if twist is not None else np.zeros(self.features.extras[self._twist_key])
+            reading = Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
+                              reading.received)
+        return reading
+
+    def send(self, command: np.ndarray) -> np.ndarray:
+        """Publish ``command`` on the command topic; return it (a ROS robot's own clamping is not
+        reported back).
+        """
+        pub = self._pub
+        if pub is None:
+            raise RobotError(f"robot {self.features.name!r}: send() before connect()")
+        cmd = np.asarray(command, dtype=np.float64).reshape(-1)
+        n = len(self.features.command_joints)
+        if cmd.shape != (n,):
+            raise RobotError(f"robot {self.features.name!r}: expected a command of {n} values, got shape {list(cmd.shape)}")
+        pub.publish(command_message(self.features, self.topics.command_type, cmd))
+        return cmd
+
+    # -- callbacks (rospy's receive threads) --------------------------------------------------
+    def _on_joint_state(self, msg: JointState) -> None:
+        """Keep ``msg`` as the newest reading when it is well formed; count and log it otherwise."""
+        received = time.monotonic()
+        try:
+            reading = joint_state_reading(self.features, msg.name, msg.position, msg.velocity, msg.effort,
+                                          msg.header.stamp.to_sec(), received, topic=self.topics.joint_states)
+        except MalformedMessage as exc:
+            self.rejected(str(exc))
+            return
+        with self._lock:
+            # The newest received wins (not the newest stamp: a robot whose clock steps back must
+            # not be ignored until its clock catches up).
+            self._reading = reading
+            self.received += 1
+
+    def _on_twist(self, msg: Twist) -> None:
+        """Keep the newest velocity command (non-finite ones are refused like a bad joint state)."""
+        value = np.array([msg.linear.x, msg.linear.y, msg.angular.z], dtype=np.float64)
+        if not np.all(np.isfinite(value)):
+            self.rejected(f"{self.topics.cmd_vel}: non-finite velocity command {value.tolist()}")
+            return
+        with self._lock:
+            self._twist = value
+

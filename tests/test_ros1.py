@@ -1,0 +1,681 @@
+"""The ROS 1 bridge end to end: a real rosmaster, the robot node and the policy node as processes.
+
+Issue 12's scenario, on loopback (a free port, ``ROS_IP=127.0.0.1``), with the LQR cart-pole
+controller of ``tests/deploy_support.py`` exported like a trained policy:
+
+* run A (``/rl_a``, JointTrajectory commands, features from the parameter server): the policy
+  balances the simulated cart-pole for 10 s (pole angle from ``joint_states``, reward from
+  ``reward``), at the manifest's rate, within the effort limit and the safety layer's per-step
+  change; the topics go into a ``.bag`` meanwhile (:func:`record_bag`). SIGKILL on the policy makes
+  the robot hold within 0.3 s (measured on the robot's side); the robot node rejects malformed
+  commands and keeps holding; its e-stop latches.
+* run B (``/rl_b``, Float64MultiArray commands, features from a parameter file): SIGKILL on the
+  robot node makes the policy report ``stale`` then ``lost`` and stop sending; the test process then
+  plays the robot: malformed joint states are rejected (counted, logged) and the policy holds; the
+  e-stop latches against any number of good readings.
+
+Every wait has a timeout; every process is stopped in a finaliser. Timing bounds are generous (a
+loaded 2-core machine) and the measured distributions are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.ros
+
+
+def _missing_ros() -> str | None:
+    """Why ROS 1 cannot run here, or ``None``."""
+    for module in ("rospy", "rosbag", "rosgraph", "std_msgs", "sensor_msgs", "trajectory_msgs", "geometry_msgs"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return (f"ROS 1 Python package {module!r} is not importable (install ROS 1 from Debian with "
+                    "scripts/setup.sh, which also puts /usr/lib/python3/dist-packages on the venv's path)")
+    if shutil.which("rosmaster") is None and not Path("/usr/bin/rosmaster").exists():
+        return "rosmaster is not installed (Debian package ros-core / python3-rosmaster; scripts/setup.sh)"
+    return None
+
+
+_REASON = _missing_ros()
+if _REASON is not None:
+    pytest.skip(_REASON, allow_module_level=True)
+
+import rosbag  # noqa: E402
+import rosgraph  # noqa: E402
+import rospy  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Bool, Float64, Float64MultiArray, String  # noqa: E402
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E402
+
+from robolearn.sim2real.robots.base import RobotFeatures  # noqa: E402
+from robolearn.sim2real.ros.common import Topics, node_parameters, write_parameters  # noqa: E402
+from tests.deploy_support import export_cartpole_lqr  # noqa: E402
+
+ROSMASTER = shutil.which("rosmaster") or "/usr/bin/rosmaster"
+SAFETY = {"max_delta": 0.1, "ramp_s": 0.0, "stale_timeout_s": 0.1, "exit_s": 0.2, "hold_mode": "damp", "damping": 1.0}
+"""The policy node's safety layer: a 0.1 per-step change limit (the LQR needs far less once the
+pole is up), holds by damping (``-damping * velocity``) once readings are 0.1 s old."""
+MAX_DELTA = SAFETY["max_delta"]
+LOST_TIMEOUT_S = 0.5
+"""The policy node's ``--lost-timeout``: readings this old and it stops sending."""
+COMMAND_TIMEOUT_S = 0.1
+"""The robot node's watchdog: no good command for this long and it holds."""
+BALANCE_S = 10.0
+BAG_S = 5.0
+
+
+# -- processes and waits -------------------------------------------------------------------------
+def free_port() -> int:
+    """A free TCP port on loopback (bound, read, released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.01) -> Any:
+    """Poll ``predicate`` until it returns something true (returned) or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(every_s)
+
+
+class Process:
+    """A child process with its output in a log file, stopped (SIGINT, then SIGKILL) on :meth:`stop`."""
+
+    def __init__(self, name: str, args: list[str], env: Mapping[str, str], log_dir: Path) -> None:
+        """Start ``args`` with ``env``; output to ``<log_dir>/<name>.log``."""
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=dict(env),
+                                     start_new_session=True)
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.proc.poll() is None
+
+    def kill(self) -> float:
+        """SIGKILL now; return the monotonic time just before the signal."""
+        at = time.monotonic()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        return at
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGINT and wait, then SIGKILL; close the log."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+    def text(self) -> str:
+        """Everything the process wrote so far."""
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+
+def node(module: str, name: str, args: list[str], env: Mapping[str, str], log_dir: Path) -> Process:
+    """Start ``python -m robolearn.sim2real.ros.<module>`` with ``args``."""
+    return Process(name, [sys.executable, "-m", f"robolearn.sim2real.ros.{module}", *args], env, log_dir)
+
+
+# -- the test process's own view of the topics ---------------------------------------------------
+class Probe:
+    """Records the bridge's topics under one namespace: ``(monotonic receipt, message)`` pairs."""
+
+    def __init__(self, topics: Topics) -> None:
+        """Subscribe (queues large enough that nothing is dropped at 100 Hz)."""
+        command = JointTrajectory if topics.command_type == "joint_trajectory" else Float64MultiArray
+        self.topics = topics
+        self.lock = threading.Lock()
+        self.data: dict[str, list[tuple[float, Any]]] = {k: [] for k in
+                                                         ("joint_states", "command", "reward", "policy", "robot")}
+        spec = [("joint_states", topics.joint_states, JointState), ("command", topics.command, command),
+                ("reward", topics.reward, Float64), ("policy", topics.policy_status, String),
+                ("robot", topics.robot_status, String)]
+        self.subs = [rospy.Subscriber(topics.name(name), cls, self._on, callback_args=key, queue_size=10000,
+                                      tcp_nodelay=True) for key, name, cls in spec]
+
+    def _on(self, msg: Any, key: str) -> None:
+        """Record one message; statuses are parsed."""
+        at = time.monotonic()
+        if key in ("policy", "robot"):
+            msg = json.loads(msg.data)
+        with self.lock:
+            self.data[key].append((at, msg))
+
+    def get(self, key: str, since: float = -math.inf, until: float = math.inf) -> list[tuple[float, Any]]:
+        """The records of ``key`` received in ``[since, until]``."""
+        with self.lock:
+            return [(t, m) for t, m in self.data[key] if since <= t <= until]
+
+    def last(self, key: str) -> Any:
+        """The newest message of ``key`` (``None`` when none came)."""
+        with self.lock:
+            return self.data[key][-1][1] if self.data[key] else None
+
+    def close(self) -> None:
+        """Unsubscribe."""
+        for sub in self.subs:
+            sub.unregister()
+
+
+def command_values(msg: Any) -> np.ndarray:
+    """The numbers of a command message (Float64MultiArray data, or a trajectory point's efforts)."""
+    if isinstance(msg, JointTrajectory):
+        return np.asarray(msg.points[0].effort, dtype=np.float64)
+    return np.asarray(msg.data, dtype=np.float64)
+
+
+def connected_publisher(name: str, cls: type, timeout_s: float = 10.0) -> rospy.Publisher:
+    """A publisher on ``name`` once some subscriber is connected to it (earlier messages are lost)."""
+    pub = rospy.Publisher(name, cls, queue_size=100)
+    wait_for(lambda: pub.get_num_connections() > 0, timeout_s, f"a subscriber on {name}")
+    return pub
+
+
+def record_bag(path: str | os.PathLike[str], topics: Mapping[str, type], duration_s: float,
+               connect_timeout_s: float = 10.0) -> dict[str, int]:
+    """Record ``topics`` (full name -> message class) into the ROS 1 bag ``path`` for ``duration_s``
+    with the ``rosbag`` API (message time: receipt, as ``rosbag record`` stamps); return the number of
+    messages per topic. Needs this process's ROS node (``rospy.init_node``) and a publisher on each
+    topic within ``connect_timeout_s``.
+    """
+    bag = rosbag.Bag(str(path), "w")
+    lock = threading.Lock()
+    counts = {t: 0 for t in topics}
+    state = {"open": True}
+
+    def on_message(msg: Any, topic: str) -> None:
+        with lock:
+            if state["open"]:
+                bag.write(topic, msg, rospy.Time.now())
+                counts[topic] += 1
+
+    subs = [rospy.Subscriber(t, cls, on_message, callback_args=t, queue_size=10000, tcp_nodelay=True)
+            for t, cls in topics.items()]
+    try:
+        wait_for(lambda: all(s.get_num_connections() > 0 for s in subs), connect_timeout_s,
+                 f"publishers on {list(topics)}")
+        time.sleep(duration_s)
+    finally:
+        for sub in subs:
+            sub.unregister()
+        with lock:
+            state["open"] = False
+            bag.close()
+    return counts
+
+
+class FakeRobot:
+    """The test process playing a robot: JointState at 100 Hz in a thread (good or malformed)."""
+
+    def __init__(self, features: RobotFeatures, topic: str, velocity: float = 0.2) -> None:
+        """Publish on ``topic`` once a subscriber is connected; joints still, moving at ``velocity``."""
+        self.features = features
+        self.pub = connected_publisher(topic, JointState)
+        self.mode = "good"
+        self.velocity = velocity
+        self.sent: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def message(self, mode: str) -> JointState:
+        """A JointState of ``mode``: ``good``, ``names`` (a joint renamed), ``lengths`` (one velocity
+        missing) or ``nan`` (a NaN position)."""
+        n = len(self.features.joints)
+        msg = JointState()
+        msg.header.stamp = rospy.Time.now()
+        msg.name = list(self.features.joints)
+        msg.position = [0.0] * n
+        msg.velocity = [self.velocity] * n
+        if mode == "names":
+            msg.name = [*msg.name[:-1], "elbow"]
+        elif mode == "lengths":
+            msg.velocity = msg.velocity[:-1]
+        elif mode == "nan":
+            msg.position = [math.nan] + [0.0] * (n - 1)
+        return msg
+
+    def _run(self) -> None:
+        k, start = 0, time.monotonic()
+        while not self._stop.is_set():
+            mode = self.mode
+            if mode != "off":
+                self.pub.publish(self.message(mode))
+                self.sent[mode] = self.sent.get(mode, 0) + 1
+            k += 1
+            self._stop.wait(max(0.0, start + k * 0.01 - time.monotonic()))
+
+    def close(self) -> None:
+        """Stop publishing."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.pub.unregister()
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+@dataclass
+class RosEnv:
+    """A running rosmaster and the environment every process of the test uses."""
+
+    uri: str
+    env: dict[str, str]
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def ros(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RosEnv]:
+    """rosmaster on a free loopback port; this process's ROS node (the probe) on it."""
+    if rospy.core.is_initialized():
+        pytest.skip("this process already holds a ROS node on another master (rospy allows one per process)")
+    root = tmp_path_factory.mktemp("ros1")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    # rospy would replace this process's logging setup with its file handler; an empty incremental
+    # config leaves pytest's handlers alone.
+    (root / "logging.yaml").write_text("version: 1\nincremental: true\n")
+    ros_env = {"ROS_MASTER_URI": uri, "ROS_IP": "127.0.0.1", "ROS_HOSTNAME": "127.0.0.1",
+               "ROS_HOME": str(root / "home"), "ROS_LOG_DIR": str(root / "log")}
+    env = {**os.environ, **ros_env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("ROS_NAMESPACE", None)
+    env.pop("ROS_PYTHON_LOG_CONFIG_FILE", None)
+    master = Process("rosmaster", [ROSMASTER, "--core", "-p", str(port)], env, root)
+    saved = {k: os.environ.get(k) for k in (*ros_env, "ROS_PYTHON_LOG_CONFIG_FILE")}
+    try:
+        wait_for(lambda: _master_up(uri), 20.0, f"rosmaster at {uri}", every_s=0.1)
+        os.environ.update(ros_env)
+        os.environ["ROS_PYTHON_LOG_CONFIG_FILE"] = str(root / "logging.yaml")
+        rospy.init_node("test_probe", anonymous=True, disable_signals=True, argv=[])
+        yield RosEnv(uri, env, root)
+    finally:
+        if rospy.core.is_initialized():
+            rospy.signal_shutdown("tests done")
+        master.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _master_up(uri: str) -> bool:
+    """Whether a master answers at ``uri``."""
+    try:
+        rosgraph.Master("/probe", master_uri=uri).getPid()
+        return True
+    except Exception:  # connection refused while it starts
+        return False
+
+
+@pytest.fixture(scope="module")
+def lqr(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The LQR cart-pole controller, exported (ONNX + manifest)."""
+    return export_cartpole_lqr(tmp_path_factory.mktemp("lqr") / "export")
+
+
+@dataclass
+class BalanceRun:
+    """Run A (module doc): its processes, probe and what was measured while the policy ran."""
+
+    ros: RosEnv
+    topics: Topics
+    robot: Process
+    policy: Process
+    probe: Probe
+    features: RobotFeatures
+    t_run: float
+    bag: Path
+    bag_counts: dict[str, int]
+    killed_at: list[float] = field(default_factory=list)
+
+    def kill_policy(self) -> float:
+        """SIGKILL the policy node once; the time of the kill."""
+        if not self.killed_at:
+            self.killed_at.append(self.policy.kill())
+        return self.killed_at[0]
+
+
+@pytest.fixture(scope="module")
+def balance(ros: RosEnv, lqr: Path) -> Iterator[BalanceRun]:
+    """Run A: the robot node, then the policy node (features from the parameter server); 10 s of
+    balancing from the policy's first ``run`` status, the first 5 s of it recorded into a bag.
+    """
+    topics = Topics(namespace="/rl_a", command_type="joint_trajectory")
+    probe = Probe(topics)
+    procs: list[Process] = []
+    try:
+        robot = node("ros1_robot_node", "robot_a", [
+            "--task", "Cartpole-Balance", "--namespace", topics.namespace, "--command-type", topics.command_type,
+            "--command-timeout", str(COMMAND_TIMEOUT_S), "--seed", "0", "--wait-for-policy", "60",
+            "--features-out", str(ros.root / "robot_a.json")], ros.env, ros.root)
+        procs.append(robot)
+        policy = node("ros1_policy_node", "policy_a", [
+            "--policy", str(lqr), "--robot", "from-params", "--namespace", topics.namespace,
+            "--command-type", topics.command_type, "--safety", json.dumps(SAFETY),
+            "--lost-timeout", str(LOST_TIMEOUT_S), "--telemetry", str(ros.root / "telemetry_a.h5")], ros.env, ros.root)
+        procs.append(policy)
+        first = wait_for(lambda: next((t for t, s in probe.get("policy") if s["status"] == "run"), None), 60.0,
+                         f"the policy's 'run' status\n--- policy log:\n{policy.text()}\n--- robot log:\n{robot.text()}")
+        features = RobotFeatures.from_dict(json.loads((ros.root / "robot_a.json").read_text()))
+        bag = ros.root / "run_a.bag"
+        counts = record_bag(bag, {topics.name(topics.joint_states): JointState,
+                                  topics.name(topics.command): JointTrajectory,
+                                  topics.name(topics.reward): Float64}, BAG_S)
+        time.sleep(max(0.0, first + BALANCE_S + 0.2 - time.monotonic()))
+        assert policy.alive() and robot.alive(), f"a node died:\n{policy.text()}\n{robot.text()}"
+        yield BalanceRun(ros, topics, robot, policy, probe, features, first, bag, counts)
+    finally:
+        probe.close()
+        for proc in reversed(procs):
+            proc.stop()
+
+
+@dataclass
+class OrphanRun:
+    """Run B (module doc): a policy node whose robot node is killed; the test then plays the robot."""
+
+    ros: RosEnv
+    topics: Topics
+    robot: Process
+    policy: Process
+    probe: Probe
+    features: RobotFeatures
+    killed_at: list[float] = field(default_factory=list)
+    fake: list[FakeRobot] = field(default_factory=list)
+
+    def kill_robot(self) -> float:
+        """SIGKILL the robot node once; the time of the kill."""
+        if not self.killed_at:
+            self.killed_at.append(self.robot.kill())
+        return self.killed_at[0]
+
+    def fake_robot(self) -> FakeRobot:
+        """The test process as the robot (after the robot node is gone), started once."""
+        self.kill_robot()
+        if not self.fake:
+            self.fake.append(FakeRobot(self.features, self.topics.name(self.topics.joint_states)))
+        return self.fake[0]
+
+    def status_after(self, t: float, want: str, timeout_s: float = 5.0) -> tuple[float, dict[str, Any]]:
+        """The first policy status ``want`` received after ``t``."""
+        return wait_for(lambda: next(((at, s) for at, s in self.probe.get("policy", since=t) if s["status"] == want),
+                                     None), timeout_s, f"policy status {want!r} after t={t:.3f}\n{self.policy.text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def orphan(ros: RosEnv, lqr: Path) -> Iterator[OrphanRun]:
+    """Run B: robot node (Float64MultiArray), policy node reading a parameter file; running."""
+    topics = Topics(namespace="/rl_b", command_type="float64_multi_array")
+    probe = Probe(topics)
+    procs: list[Process] = []
+    try:
+        robot = node("ros1_robot_node", "robot_b", [
+            "--task", "Cartpole-Balance", "--namespace", topics.namespace, "--command-type", topics.command_type,
+            "--command-timeout", str(COMMAND_TIMEOUT_S), "--seed", "1", "--wait-for-policy", "60",
+            "--features-out", str(ros.root / "robot_b.json")], ros.env, ros.root)
+        procs.append(robot)
+        features_file = wait_for(lambda: (ros.root / "robot_b.json").is_file() and ros.root / "robot_b.json", 60.0,
+                                 f"robot B's features file\n{robot.text()}")
+        features = RobotFeatures.from_dict(json.loads(features_file.read_text()))
+        params = write_parameters(ros.root / "policy_b.yaml", "policy",
+                                  node_parameters(features, topics, policy=str(lqr), safety=SAFETY), ros=1)
+        policy = node("ros1_policy_node", "policy_b", ["--params", str(params), "--lost-timeout", str(LOST_TIMEOUT_S)],
+                      ros.env, ros.root)
+        procs.append(policy)
+        wait_for(lambda: any(s["status"] == "run" for _, s in probe.get("policy")), 60.0,
+                 f"the policy's 'run' status\n--- policy log:\n{policy.text()}\n--- robot log:\n{robot.text()}")
+        run = OrphanRun(ros, topics, robot, policy, probe, features)
+        yield run
+    finally:
+        for fake in run.fake if "run" in locals() else []:
+            fake.close()
+        probe.close()
+        for proc in reversed(procs):
+            proc.stop()
+
+
+# -- run A: balance, rate, limits, bag; killing the policy; the robot node's own checks ---------
+def _window(run: BalanceRun, key: str) -> list[tuple[float, Any]]:
+    """Records of ``key`` in the 10 s balancing window."""
+    return run.probe.get(key, since=run.t_run, until=run.t_run + BALANCE_S)
+
+
+def test_policy_balances_the_cartpole_robot_node_for_10_s(balance: BalanceRun) -> None:
+    """The pole stays up all along (angle from joint_states) and the reward is near 1 per step."""
+    hinge = balance.features.joints.index("hinge")
+    angles = np.array([m.position[hinge] for _, m in _window(balance, "joint_states")])
+    rewards = np.array([m.data for _, m in _window(balance, "reward")])
+    print(f"\nbalance: {angles.size} joint states, |angle| max {np.abs(angles).max():.4f} rad, "
+          f"p99 {np.percentile(np.abs(angles), 99):.4f}; reward mean {rewards.mean():.4f}, min {rewards.min():.4f} "
+          f"over {rewards.size} steps")
+    assert angles.size > 0.8 * BALANCE_S * 100 and rewards.size > 0.8 * BALANCE_S * 100
+    assert np.abs(angles).max() < 0.2  # upright all along (DMC counts |angle| < 10 deg = 0.17 as success)
+    assert np.abs(angles[-100:]).max() < 0.05  # and settled
+    assert rewards.mean() > 0.95 and rewards.min() > 0.8
+    assert balance.probe.last("robot")["resets"] == 0
+
+
+def test_command_rate_is_the_manifests_within_10_percent(balance: BalanceRun) -> None:
+    """Commands arrive at 100 Hz (+-10 %), measured from their receipt in this process."""
+    times = np.array([t for t, _ in _window(balance, "command")])
+    periods = np.diff(times)
+    rate = (times.size - 1) / (times[-1] - times[0])
+    print(f"\ncommand rate {rate:.2f} Hz over {times.size} commands; period ms p1/p50/p99/max "
+          f"{np.percentile(periods, 1) * 1e3:.2f}/{np.median(periods) * 1e3:.2f}/"
+          f"{np.percentile(periods, 99) * 1e3:.2f}/{periods.max() * 1e3:.2f}")
+    assert 90.0 <= rate <= 110.0
+
+
+def test_commands_stay_within_the_effort_limit_and_the_per_step_change(balance: BalanceRun) -> None:
+    """Every command received (the whole run so far) is within the robot's effort limit, and within
+    the safety layer's ``max_delta`` of the one before (no message lost: the header seq is dense)."""
+    msgs = [m for _, m in balance.probe.get("command", until=balance.t_run + BALANCE_S)]
+    cmds = np.stack([command_values(m) for m in msgs])
+    seqs = np.array([m.header.seq for m in msgs])
+    limit = np.asarray(balance.features.effort_limits)
+    steps = np.abs(np.diff(cmds, axis=0))
+    print(f"\n{len(msgs)} commands: |command| max {np.abs(cmds).max():.4f} (limit {limit.tolist()}), "
+          f"|change| max {steps.max():.4f} p99 {np.percentile(steps, 99):.4f} (limit {MAX_DELTA})")
+    assert np.all(np.diff(seqs) == 1), "a command message was lost: the change limit cannot be checked"
+    assert np.all(np.abs(cmds) <= limit + 1e-12)
+    assert np.all(steps <= MAX_DELTA + 1e-9)
+    assert np.abs(cmds).max() > 0.01  # the policy did act
+
+
+def test_the_run_was_recorded_into_a_bag(balance: BalanceRun) -> None:
+    """The bag holds about 5 s of each topic, readable with the rosbag API, messages intact."""
+    ns = balance.topics
+    names = [ns.name(ns.joint_states), ns.name(ns.command), ns.name(ns.reward)]
+    with rosbag.Bag(str(balance.bag)) as bag:
+        info = bag.get_type_and_topic_info().topics
+        read = {t: 0 for t in names}
+        first_state = None
+        for topic, msg, _ in bag.read_messages(topics=names):
+            read[topic] += 1
+            if topic == names[0] and first_state is None:
+                first_state = msg
+    print(f"\nbag {balance.bag.name}: {balance.bag_counts}")
+    assert read == balance.bag_counts
+    for t in names:
+        assert 0.8 * BAG_S * 100 <= read[t] <= 1.2 * BAG_S * 100, (t, read[t])
+    assert info[names[0]].msg_type == "sensor_msgs/JointState"
+    assert info[names[1]].msg_type == "trajectory_msgs/JointTrajectory"
+    assert list(first_state.name) == list(balance.features.joints)
+
+
+def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(balance: BalanceRun) -> None:
+    """SIGKILL on the policy node: the robot node's watchdog holds, measured on its own clock."""
+    before = balance.probe.last("robot")["hold_events"]
+    killed = balance.kill_policy()
+    status = wait_for(lambda: next((s for _, s in balance.probe.get("robot", since=killed)
+                                    if s["holding"] and s["hold_events"] > before), None), 5.0,
+                      f"the robot's hold\n{balance.robot.text()[-2000:]}")
+    latency = status["last_hold"] - killed
+    print(f"\nhold latency after SIGKILL of the policy: {latency * 1e3:.1f} ms "
+          f"(watchdog {COMMAND_TIMEOUT_S * 1e3:.0f} ms)")
+    assert 0.0 < latency <= 0.3
+
+
+def test_robot_node_rejects_malformed_commands_and_keeps_holding(balance: BalanceRun) -> None:
+    """Wrong joint names, a wrong length and a NaN are rejected, the field named in the log; the
+    robot holds throughout (no good command)."""
+    killed = balance.kill_policy()
+    wait_for(lambda: (balance.probe.last("robot") or {}).get("holding"), 5.0, "the robot's hold")
+    pub = connected_publisher(balance.topics.name(balance.topics.command), JointTrajectory)
+    joints = list(balance.features.command_joints)
+    cases = {"names": (["elbow"], [0.1], "command.joint_names: ['elbow']"),
+             "length": (joints, [0.1, 0.2], "command.points[0].effort: 2 values for 1 joint_names"),
+             "nan": (joints, [math.nan], "command.points[0].effort: non-finite command [nan]")}
+    start = time.monotonic()
+    for what, (names, values, error) in cases.items():
+        before = balance.probe.last("robot")["rejected"]
+        for _ in range(10):
+            msg = JointTrajectory(joint_names=names, points=[JointTrajectoryPoint(effort=values)])
+            pub.publish(msg)
+            time.sleep(0.01)
+        status = wait_for(lambda b=before: next((s for _, s in balance.probe.get("robot", since=start)
+                                                 if s["rejected"] >= b + 10), None), 5.0, f"10 rejections ({what})")
+        assert error in status["rejected_last"], (what, status["rejected_last"])
+    pub.unregister()
+    statuses = [s for _, s in balance.probe.get("robot", since=start)]
+    assert all(s["holding"] for s in statuses)
+    log = balance.robot.text()
+    for _, _, error in cases.values():
+        assert error in log
+    assert killed <= start
+
+
+def test_robot_node_estop_latches(balance: BalanceRun) -> None:
+    """Good commands take the robot out of its hold; after ``estop`` true it holds for good."""
+    balance.kill_policy()
+    topics = balance.topics
+    pub = connected_publisher(topics.name(topics.command), JointTrajectory)
+    joints = list(balance.features.command_joints)
+    stop = threading.Event()
+
+    def command_stream() -> None:
+        while not stop.is_set():
+            pub.publish(JointTrajectory(joint_names=joints, points=[JointTrajectoryPoint(effort=[0.0])]))
+            stop.wait(0.01)
+
+    thread = threading.Thread(target=command_stream, daemon=True)
+    thread.start()
+    try:
+        t0 = time.monotonic()
+        wait_for(lambda: any(not s["holding"] for _, s in balance.probe.get("robot", since=t0)), 5.0,
+                 "the robot taking commands again")
+        estop = connected_publisher(topics.name(topics.estop), Bool)
+        estop.publish(Bool(True))
+        t1 = wait_for(lambda: next((t for t, s in balance.probe.get("robot", since=t0) if s["estop"]), None), 5.0,
+                      "the robot's e-stop")
+        time.sleep(1.0)  # good commands keep coming
+        after = [s for t, s in balance.probe.get("robot", since=t1 + 0.3)]
+        print(f"\nrobot e-stop: {len(after)} statuses after it, holding in all: {all(s['holding'] for s in after)}")
+        assert len(after) >= 5 and all(s["estop"] and s["holding"] for s in after)
+        estop.unregister()
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        pub.unregister()
+
+
+# -- run B: the robot disappears; malformed readings; the e-stop ---------------------------------
+def test_killing_the_robot_node_makes_the_policy_stale_then_lost(orphan: OrphanRun) -> None:
+    """No readings: ``stale`` (holding) after 0.1 s, ``lost`` after 0.5 s, and nothing sent after."""
+    killed = orphan.kill_robot()
+    t_lost, _ = orphan.status_after(killed, "lost")
+    words = [s["status"] for _, s in orphan.probe.get("policy", since=killed, until=t_lost)]
+    first_stale = words.index("stale")
+    assert "lost" not in words[:first_stale] and all(w in ("run", "stale") for w in words[:-1])
+    time.sleep(1.0)
+    cmds = [t for t, _ in orphan.probe.get("command", since=killed)]
+    quiet_from = cmds[-1] - killed if cmds else 0.0
+    later = [s for _, s in orphan.probe.get("policy", since=t_lost)]
+    print(f"\nrobot killed: statuses {words}; last command {quiet_from * 1e3:.0f} ms after the kill "
+          f"(lost timeout {LOST_TIMEOUT_S * 1e3:.0f} ms); {len(cmds)} commands after the kill")
+    assert quiet_from <= LOST_TIMEOUT_S + 0.3
+    assert all(s["status"] == "lost" and s["stale"] for s in later)
+    assert len({s["sent"] for s in later}) == 1  # the sent counter stopped
+
+
+def test_malformed_joint_states_are_rejected_and_the_policy_holds(orphan: OrphanRun) -> None:
+    """Wrong names, wrong lengths, NaN: each rejected (counted, its error logged) and, with no good
+    reading left, the policy holds (status ``stale``, flag STALE); good readings bring it back."""
+    fake = orphan.fake_robot()
+    fake.mode = "good"
+    t0 = time.monotonic()
+    orphan.status_after(t0, "run")
+    errors = {"names": "joint_states: name lacks joints ['hinge']",
+              "lengths": "joint_states: velocity has 1 values for 2 names",
+              "nan": "joint_states: position of ['slider'] is not finite ([nan])"}
+    for mode, error in errors.items():
+        before = orphan.probe.last("policy")["malformed"]
+        t_bad = time.monotonic()
+        fake.mode = mode
+        at, status = orphan.status_after(t_bad, "stale")
+        wait_for(lambda b=before: orphan.probe.last("policy")["malformed"] >= b + 5, 5.0, f"rejections ({mode})")
+        fake.mode = "good"
+        status = orphan.probe.last("policy")
+        print(f"\n{mode}: stale {1e3 * (at - t_bad):.0f} ms after the first bad message; {status['malformed']} "
+              f"rejected so far; last error: {status['malformed_last']}")
+        assert error in status["malformed_last"]
+        stale = [s for _, s in orphan.probe.get("policy", since=t_bad) if s["status"] == "stale"]
+        assert stale and all("STALE" in s["flags"] for s in stale)
+        orphan.status_after(time.monotonic(), "run")
+    log = orphan.policy.text()
+    for error in errors.values():
+        assert error in log
+
+
+def test_policy_estop_latches_against_good_readings(orphan: OrphanRun) -> None:
+    """``estop`` true: the status goes ``estop`` and stays while good readings keep coming, and the
+    commands are the safe one (a damping hold: ``-damping * velocity`` of the reading)."""
+    fake = orphan.fake_robot()
+    fake.mode = "good"
+    orphan.status_after(time.monotonic(), "run")
+    pub = connected_publisher(orphan.topics.name(orphan.topics.estop), Bool)
+    t0 = time.monotonic()
+    pub.publish(Bool(True))
+    t_estop, _ = orphan.status_after(t0, "estop")
+    time.sleep(1.0)
+    statuses = [s for _, s in orphan.probe.get("policy", since=t_estop)]
+    cmds = np.stack([command_values(m) for _, m in orphan.probe.get("command", since=t_estop + 0.05)])
+    expected = -SAFETY["damping"] * fake.velocity
+    print(f"\ne-stop: {len(statuses)} statuses after it ({sorted({s['status'] for s in statuses})}); "
+          f"{len(cmds)} commands, values {np.unique(np.round(cmds, 6)).tolist()} (expected {expected})")
+    assert len(statuses) >= 5 and all(s["status"] == "estop" and s["estop"] for s in statuses)
+    assert len(cmds) > 50
+    np.testing.assert_allclose(cmds, expected, atol=1e-9)
+    pub.unregister()
