@@ -68,8 +68,12 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Bool, Float64, Float64MultiArray, String  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E402
 
-from robolearn.sim2real.robots.base import RobotFeatures  # noqa: E402
-from robolearn.sim2real.ros.common import Topics, node_parameters, write_parameters  # noqa: E402
+from robolearn.data import Dataset  # noqa: E402
+from robolearn.sim2real.deploy.safety import Intervention  # noqa: E402
+from robolearn.sim2real.robots.base import RobotError, RobotFeatures  # noqa: E402
+from robolearn.sim2real.ros import ros1  # noqa: E402
+from robolearn.sim2real.ros.common import MalformedMessage, Topics, node_parameters, write_parameters  # noqa: E402
+from robolearn.sim2real.ros.ros1_policy_node import load_features  # noqa: E402
 from tests.deploy_support import export_cartpole_lqr  # noqa: E402
 
 ROSMASTER = shutil.which("rosmaster") or "/usr/bin/rosmaster"
@@ -451,8 +455,8 @@ def orphan(ros: RosEnv, lqr: Path) -> Iterator[OrphanRun]:
         features = RobotFeatures.from_dict(json.loads(features_file.read_text()))
         params = write_parameters(ros.root / "policy_b.yaml", "policy",
                                   node_parameters(features, topics, policy=str(lqr), safety=SAFETY), ros=1)
-        policy = node("ros1_policy_node", "policy_b", ["--params", str(params), "--lost-timeout", str(LOST_TIMEOUT_S)],
-                      ros.env, ros.root)
+        policy = node("ros1_policy_node", "policy_b", ["--params", str(params), "--lost-timeout", str(LOST_TIMEOUT_S),
+                                                       "--telemetry", str(ros.root / "telemetry_b.h5")], ros.env, ros.root)
         procs.append(policy)
         wait_for(lambda: any(s["status"] == "run" for _, s in probe.get("policy")), 60.0,
                  f"the policy's 'run' status\n--- policy log:\n{policy.text()}\n--- robot log:\n{robot.text()}")
@@ -679,3 +683,122 @@ def test_policy_estop_latches_against_good_readings(orphan: OrphanRun) -> None:
     assert len(cmds) > 50
     np.testing.assert_allclose(cmds, expected, atol=1e-9)
     pub.unregister()
+
+
+def test_sigterm_stops_the_policy_node_and_saves_its_telemetry(orphan: OrphanRun) -> None:
+    """SIGTERM: the loop stops, damps, saves the telemetry (a robolearn dataset) and exits 0."""
+    fake = orphan.fake_robot()
+    fake.mode = "good"
+    t0 = time.monotonic()
+    orphan.policy.proc.send_signal(signal.SIGTERM)
+    code = orphan.policy.proc.wait(timeout=30)
+    assert code == 0, orphan.policy.text()[-3000:]
+    final = wait_for(lambda: next((s for _, s in orphan.probe.get("policy", since=t0) if s["status"] == "stopped"),
+                                  None), 5.0, "the final 'stopped' status")
+    data = Dataset.load(orphan.ros.root / "telemetry_b.h5")
+    flags = data.infos["interventions"].numpy()
+    print(f"\ntelemetry: {len(data)} steps; final status {final['status']}, {final['sent']} sent")
+    assert len(data) >= 100 and data.metadata.extra["rewards"] == "unlabelled"
+    assert np.any(flags & int(Intervention.STALE)) and np.any(flags & int(Intervention.ESTOP))
+    assert "SIGTERM; stopping" in orphan.policy.text()
+
+
+# -- the bridge's pieces, in this process ----------------------------------------------------------
+TWO = RobotFeatures(name="arm", joints=("shoulder", "elbow", "wrist"), command_joints=("shoulder", "elbow"),
+                    command_kind="joint_pos", rate_hz=50.0, position_limits=((-1.0, 1.0), (-2.0, 2.0)),
+                    velocity_limits=(1.0, 1.0), effort_limits=(5.0, 5.0), default_pose=(0.0, 0.5),
+                    extras={"command/base_velocity": 3})
+
+
+def test_command_messages_round_trip_and_name_the_bad_field() -> None:
+    """Both command types carry the vector; a trajectory's joints are reordered to the robot's and
+    its values go in the field of the command kind; bad ones name the field."""
+    cmd = np.array([0.25, -0.5])
+    flat = ros1.command_message(TWO, "float64_multi_array", cmd)
+    assert list(flat.data) == [0.25, -0.5] and flat.layout.dim[0].size == 2
+    np.testing.assert_array_equal(ros1.parse_command(TWO, flat), cmd)
+    traj = ros1.command_message(TWO, "joint_trajectory", cmd)
+    assert list(traj.points[0].positions) == [0.25, -0.5] and list(traj.points[0].effort) == []
+    assert traj.points[0].time_from_start.to_sec() == pytest.approx(1 / 50)
+    swapped = JointTrajectory(joint_names=["elbow", "shoulder"], points=[JointTrajectoryPoint(positions=[-0.5, 0.25])])
+    np.testing.assert_array_equal(ros1.parse_command(TWO, swapped), cmd)
+    bad = {
+        "command.joint_names: ['elbow', 'wrist']": JointTrajectory(
+            joint_names=["elbow", "wrist"], points=[JointTrajectoryPoint(positions=[0.0, 0.0])]),
+        "command.points: expected 1 point": JointTrajectory(joint_names=["shoulder", "elbow"], points=[]),
+        "command.points[0].positions: 0 values for 2 joint_names": JointTrajectory(
+            joint_names=["shoulder", "elbow"], points=[JointTrajectoryPoint(effort=[0.0, 0.0])]),
+        "command.data: expected 2 values": Float64MultiArray(data=[1.0]),
+        "command.data: non-finite command [inf, 0.0]": Float64MultiArray(data=[math.inf, 0.0]),
+    }
+    for error, msg in bad.items():
+        with pytest.raises(MalformedMessage, match=re_escape(error)):
+            ros1.parse_command(TWO, msg)
+
+
+def re_escape(text: str) -> str:
+    """``text`` as a literal regular expression."""
+    import re
+
+    return re.escape(text)
+
+
+def test_ros1_robot_reads_joint_states_and_twist_and_publishes_commands(ros: RosEnv) -> None:
+    """In this process: a JointState becomes a Reading (header stamp, receipt time, the robot's joint
+    order), a Twist the ``command/base_velocity`` extra, ``send`` a Float64MultiArray; a malformed
+    state is counted and the last good reading kept."""
+    topics = Topics(namespace="/rl_c", cmd_vel="cmd_vel")
+    robot = ros1.Ros1Robot(TWO, topics)
+    with pytest.raises(RobotError, match="before connect"):
+        robot.read()
+    got: list[Float64MultiArray] = []
+    sub = rospy.Subscriber(topics.name(topics.command), Float64MultiArray, got.append, queue_size=100)
+    with robot:
+        assert robot.read() is None
+        states = connected_publisher(topics.name(topics.joint_states), JointState)
+        twist_pub = connected_publisher(topics.name(topics.cmd_vel), ros1.Twist)
+        msg = JointState(name=["wrist", "shoulder", "elbow", "gripper"], position=[3.0, 1.0, 2.0, 9.0],
+                         velocity=[0.3, 0.1, 0.2, 9.0])
+        msg.header.stamp = rospy.Time(1234, 500_000_000)
+        before = time.monotonic()
+        states.publish(msg)
+        reading = wait_for(robot.read, 5.0, "the first reading")
+        assert reading.stamp == pytest.approx(1234.5) and before <= reading.received <= time.monotonic()
+        np.testing.assert_array_equal(reading.joint_pos, [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(reading.joint_vel, [0.1, 0.2, 0.3])
+        np.testing.assert_array_equal(reading.extras["command/base_velocity"], [0.0, 0.0, 0.0])
+        twist = ros1.Twist()
+        twist.linear.x, twist.linear.y, twist.angular.z = 0.5, -0.1, 0.3
+        twist_pub.publish(twist)
+        wait_for(lambda: robot.read().extras["command/base_velocity"][0] == 0.5, 5.0, "the twist")
+        np.testing.assert_array_equal(robot.read().extras["command/base_velocity"], [0.5, -0.1, 0.3])
+        msg.position = [3.0, math.nan, 2.0, 9.0]
+        states.publish(msg)
+        wait_for(lambda: robot.rejected.count == 1, 5.0, "the rejection")
+        assert "position of ['shoulder'] is not finite" in robot.rejected.last_error
+        np.testing.assert_array_equal(robot.read().joint_pos, [1.0, 2.0, 3.0])
+        wait_for(lambda: sub.get_num_connections() > 0, 5.0, "the command subscriber")
+        np.testing.assert_array_equal(robot.send(np.array([0.1, 0.2])), [0.1, 0.2])
+        wait_for(lambda: got, 5.0, "the command")
+        assert list(got[0].data) == [0.1, 0.2]
+        with pytest.raises(RobotError, match="expected a command of 2 values"):
+            robot.send(np.zeros(3))
+        states.unregister()
+        twist_pub.unregister()
+    sub.unregister()
+    assert not robot.is_connected
+
+
+def test_policy_node_reads_features_files(tmp_path: Path) -> None:
+    """``--robot`` takes RobotFeatures as JSON or YAML; a broken file is named."""
+    import yaml
+
+    (tmp_path / "arm.json").write_text(json.dumps(TWO.to_dict()))
+    (tmp_path / "arm.yaml").write_text(yaml.safe_dump(TWO.to_dict()))
+    (tmp_path / "bad.json").write_text("{not json")
+    assert load_features(str(tmp_path / "arm.json")) == TWO
+    assert load_features(str(tmp_path / "arm.yaml")) == TWO
+    with pytest.raises(SystemExit, match="bad.json is not valid json"):
+        load_features(str(tmp_path / "bad.json"))
+    with pytest.raises(SystemExit, match="is not a file"):
+        load_features(str(tmp_path / "missing.json"))

@@ -241,15 +241,19 @@ class Ros1Robot(Robot):
             self._pub.unregister()
             self._pub = None
 
-    def wait_ready(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for a first reading and a subscriber on the command topic; return
-        whether both came (a runtime may start without them: it idles until readings arrive).
+    def wait_ready(self, timeout_s: float, cancel: threading.Event | None = None) -> bool:
+        """Wait up to ``timeout_s`` (or until ``cancel`` is set) for a first reading and a subscriber
+        on the command topic; return whether both came (a runtime may start without them: it idles
+        until readings arrive).
         """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not rospy.is_shutdown():
             if self._reading is not None and self._pub is not None and self._pub.get_num_connections() > 0:
                 return True
-            time.sleep(0.01)
+            if cancel is not None and cancel.wait(0.01):
+                return False
+            if cancel is None:
+                time.sleep(0.01)
         return False
 
     def read(self) -> Reading | None:

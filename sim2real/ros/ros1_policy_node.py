@@ -34,6 +34,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     def on_step(rt: DeployRuntime, flags: int | None) -> None:
         """Publish the status every :data:`STATUS_PERIOD_S` (from the loop: no thread competes with it)."""
         last["flags"] = int(flags or 0)
+        if stopping.is_set():  # a signal between the check before run() and run() clearing its flag
+            rt.stop()
         now = time.monotonic()
         if now - last["published"] >= STATUS_PERIOD_S:
             last["published"] = now
@@ -196,17 +199,29 @@ def main(argv: list[str] | None = None) -> int:
         if msg.data:
             runtime.estop(f"{topics.name(topics.estop)} = true")
 
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        """Stop the loop (it damps, then the telemetry is saved), or the wait before it."""
+        log.info("%s: %s; stopping", NODE, signal.Signals(signum).name)
+        stopping.set()
+        runtime.stop()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: runtime.stop())
+        signal.signal(sig, on_signal)
     robot.connect()
     estop_sub = rospy.Subscriber(topics.name(topics.estop), Bool, on_estop, queue_size=10)
     log.info("%s: %s on robot %r at %g Hz (joint states %s, commands %s as %s)", NODE, policy_dir, features.name,
              runtime.rate_hz, topics.name(topics.joint_states), topics.name(topics.command), topics.command_type)
-    if not robot.wait_ready(args.wait):
+    if not robot.wait_ready(args.wait, stopping) and not stopping.is_set():
         log.warning("%s: no reading or no command subscriber after %g s; starting anyway (idle until readings come)",
                     NODE, args.wait)
     try:
-        stats = runtime.run(duration_s=args.duration if args.duration > 0 else None, on_step=on_step)
+        if stopping.is_set():
+            stats = runtime.stats
+            runtime.status = "stopped"
+        else:
+            stats = runtime.run(duration_s=args.duration if args.duration > 0 else None, on_step=on_step)
     finally:
         publish_status(runtime)
         estop_sub.unregister()

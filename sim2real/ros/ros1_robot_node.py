@@ -204,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         robot.disconnect()
         for sub in subs:
             sub.unregister()
+        try:
+            # A description left behind would mislead the next policy node started from-params.
+            rospy.delete_param("~features")
+        except (KeyError, OSError):
+            pass
         if args.command_log:
             _save_commands(args.command_log, received, len(features.command_joints))
         log.info("robot %s: stopped after %d steps (%d holds, %d commands rejected)", args.task, robot.steps,
