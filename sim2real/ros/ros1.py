@@ -169,8 +169,10 @@ class ThrottledLog:
 
     def __call__(self, error: str) -> None:
         """Count ``error`` and log it unless its kind was logged within ``every_s``."""
-        kind = error.split(":", 2)[:2]
-        key = ":".join(kind)
+        # The kind: the topic and field before the first colon and the word after it ("joint_states:
+        # position"), not the values, which differ from message to message.
+        head, _, rest = error.partition(":")
+        key = f"{head}:{rest.split(None, 1)[0] if rest.strip() else ''}"
         now = time.monotonic()
         with self._lock:
             self.count += 1
