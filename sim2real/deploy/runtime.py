@@ -141,8 +141,13 @@ class DeployRuntime:
         record: bool = True,
         spin_s: float = 0.0005,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
-        """Check the policy against the robot (raise :class:`DeployMismatch`) and build the stages."""
+        """Check the policy against the robot (raise :class:`DeployMismatch`) and build the stages.
+
+        ``clock`` and ``sleep`` are the loop's time source and its way to wait (default: the
+        monotonic clock and an interruptible wait); a test passes a simulated pair.
+        """
         spec = policy.manifest.spec
         group = policy.manifest.obs_group
         problems = check_robot(spec, group, robot.features, rate_hz)
@@ -168,7 +173,7 @@ class DeployRuntime:
         self.status = "idle"
         """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``lost``, ``estop``, ``exit``, ``stopped``."""
         self._stop = threading.Event()
-        self._tick = 0.0
+        self._sleep = sleep if sleep is not None else self._stop.wait
 
     # -- one step ------------------------------------------------------------------------------
     def act(self, reading: Reading) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -252,7 +257,7 @@ class DeployRuntime:
         """Sleep until ``spin_s`` before ``deadline``, then spin (the OS wakes threads late)."""
         remaining = deadline - self.clock() - self.spin_s
         if remaining > 0:
-            self._stop.wait(remaining)
+            self._sleep(remaining)
         while self.clock() < deadline and not self._stop.is_set():
             pass
 
@@ -303,5 +308,5 @@ class DeployRuntime:
             cmd, flags = self.safety.exit_command(reading, self.clock())
             self.robot.send(cmd)
             k += 1
-            self._stop.wait(max(0.0, t0 + k * self.period - self.clock()))
+            self._sleep(max(0.0, t0 + k * self.period - self.clock()))
         self.status = "stopped"

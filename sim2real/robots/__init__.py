@@ -1,1 +1,17 @@
-"""robots (populated by later issues)."""
+"""Robots the deploy runtime drives: the :class:`Robot` interface and its declared features.
+
+The simulated robot (:mod:`robolearn.sim2real.robots.sim_robot`) is imported on demand, since it
+brings the simulator; the ROS robots live with the bridges in :mod:`robolearn.sim2real.ros`.
+"""
+
+from robolearn.sim2real.robots.base import (
+    COMMAND_KINDS,
+    CommandKind,
+    Reading,
+    Robot,
+    RobotError,
+    RobotFeatures,
+    RobotSpecError,
+)
+
+__all__ = ["COMMAND_KINDS", "CommandKind", "Reading", "Robot", "RobotError", "RobotFeatures", "RobotSpecError"]

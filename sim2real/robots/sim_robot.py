@@ -259,7 +259,9 @@ class SimulatedRobot(Robot):
         for name, qa, da, nq in self._free:
             extras[f"{name}/qpos"] = qpos[qa:qa + nq].astype(np.float64, copy=True)
             extras[f"{name}/qvel"] = qvel[da:da + nq - 1].astype(np.float64, copy=True)
-        return Reading(stamp=stamp, joint_pos=pos, joint_vel=vel, extras=extras)
+        # received: when the state became available here (lockstep stamps are simulation time, and
+        # staleness is judged on the monotonic clock).
+        return Reading(stamp=stamp, joint_pos=pos, joint_vel=vel, extras=extras, received=time.monotonic())
 
     def hold_command(self) -> np.ndarray:
         """What the robot-side watchdog applies (module doc)."""

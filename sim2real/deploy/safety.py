@@ -1,0 +1,401 @@
+"""The safety layer: every command passes it before it reaches a robot.
+
+Given the robot's declared limits (:class:`~robolearn.sim2real.robots.base.RobotFeatures`) and
+a :class:`SafetyConfig`, :meth:`SafetyLayer.filter` turns whatever the policy produced (anything:
+NaN, infinity, huge values, nothing at all) into a command that is finite, inside the absolute
+limits and, outside an e-stop, no further than ``max_delta`` from the previous emitted command.
+Each step's interventions come back as :class:`Intervention` bit flags (recorded in telemetry).
+
+Per step, in this order:
+
+1. **non-finite** command (NaN or infinity anywhere) or no command: the *hold* command instead
+   (``NONFINITE`` / ``HOLD``);
+2. **watchdog**: no reading, or one older than ``stale_timeout_s`` (``now - reading.age_reference``):
+   the hold command (``STALE``); fresh readings resume normal operation, under the rate limit;
+3. **staged start** for ``ramp_s`` after :meth:`SafetyLayer.start` (``RAMP``): position robots move
+   their targets from the measured pose to the default pose along a straight line (the policy's
+   targets are ignored until the ramp ends); torque and velocity robots get the policy's command
+   scaled by a factor rising from 0 to 1 (a soft start);
+4. **guards** (``POSITION`` / ``VELOCITY``): a joint past a position limit gets no effort or velocity
+   command pushing it further out; a joint faster than its velocity limit gets no effort in the
+   direction of its motion;
+5. **smoothing** (``SMOOTHED``): ``smoothing * previous + (1 - smoothing) * command``;
+6. **absolute limits** (``POSITION`` for targets, ``VELOCITY`` for velocity commands, ``EFFORT`` for
+   efforts): targets inside the position limits (shrunk by ``position_margin``), velocity commands
+   within the velocity limits, efforts within the effort limits;
+7. **per-step change** (``RATE``): ``|command - previous| <= max_delta`` per joint; for position
+   targets also ``<= velocity_limit * period`` (a target cannot outrun the joint's speed limit);
+8. the absolute limits again (the previous command is inside them and they are intervals, so this
+   clamp never breaks the change limit).
+
+The hold command: torque robots damp (``-damping * velocity``, zero without a reading), velocity
+robots command zero, position robots keep the position measured when the hold began. With
+``hold_mode="damp"`` position robots damp too: their target follows the measured position.
+
+An **e-stop** (:meth:`SafetyLayer.estop`) latches: every later step emits the safe command at once
+(torque: damping within the effort limits, velocity: zero, position: the measured position inside
+the limits), flagged ``ESTOP``, whatever the policy or the readings do, until
+:meth:`SafetyLayer.clear_estop`. The e-stop transition is the one place the change limit does not
+apply: stopping wins over smoothness. **Exit** (:meth:`SafetyLayer.exit_command`) emits the damping
+command under the change limit (``EXIT``), for the runtime to send for ``exit_s``.
+
+Per-step cost is a handful of NumPy operations on arrays of the robot's width, allocated once.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from robolearn.sim2real.robots.base import Reading, RobotFeatures
+
+
+class Intervention(enum.IntFlag):
+    """What the safety layer did to a step's command (bit flags, recorded per step)."""
+
+    NONE = 0
+    POSITION = 1
+    """A position limit clamped a target, or a guard removed a push past a position limit."""
+    VELOCITY = 2
+    """A velocity limit clamped a command, or a guard removed effort along an overspeed."""
+    EFFORT = 4
+    """An effort limit clamped a command."""
+    RATE = 8
+    """The per-step change limit clamped a command."""
+    NONFINITE = 16
+    """The policy's command held NaN or infinity: the hold command was sent."""
+    STALE = 32
+    """The reading was missing or stale: the hold command was sent."""
+    ESTOP = 64
+    """The e-stop is latched: the safe command was sent."""
+    RAMP = 128
+    """The staged start shaped the command."""
+    EXIT = 256
+    """The exit damping command."""
+    HOLD = 512
+    """No command from the policy: the hold command was sent."""
+    SMOOTHED = 1024
+    """Smoothing changed the command."""
+
+
+FLAG_NAMES = {int(f): f.name.lower() for f in Intervention if f.value}
+"""Flag value to name, for counts and status reports."""
+
+
+class SafetyConfigError(ValueError):
+    """A safety setting out of range (field, value and expectation named)."""
+
+
+@dataclass(frozen=True)
+class SafetyConfig:
+    """Settings of the safety layer (module doc for their order and meaning)."""
+
+    max_delta: float | tuple[float, ...] = math.inf
+    """Largest change of the command per control step, in command units (one value or per joint)."""
+    smoothing: float = 0.0
+    """Exponential smoothing weight on the previous command, in ``[0, 1)`` (0: none)."""
+    stale_timeout_s: float = 0.1
+    """A reading older than this trips the watchdog."""
+    hold_mode: Literal["hold", "damp"] = "hold"
+    """Position robots: ``hold`` keeps the position where the hold began, ``damp`` follows the measured one."""
+    damping: float | tuple[float, ...] = 1.0
+    """Damping gain of torque holds and exits (effort per unit joint velocity; one value or per joint)."""
+    ramp_s: float = 1.0
+    """Staged start duration in seconds (0: none)."""
+    exit_s: float = 0.5
+    """Seconds of damping the runtime sends on exit."""
+    position_margin: float = 0.0
+    """Shrinks finite position limits by this much on both sides (command units)."""
+
+    def __post_init__(self) -> None:
+        """Refuse values out of range, naming the field."""
+        _positive_or_inf(self.max_delta, "safety.max_delta")
+        if not (isinstance(self.smoothing, (int, float)) and 0.0 <= self.smoothing < 1.0):
+            raise SafetyConfigError(f"safety.smoothing: expected a weight in [0, 1), got {self.smoothing!r}")
+        if not (isinstance(self.stale_timeout_s, (int, float)) and self.stale_timeout_s > 0):
+            raise SafetyConfigError(f"safety.stale_timeout_s: expected seconds > 0, got {self.stale_timeout_s!r}")
+        if self.hold_mode not in ("hold", "damp"):
+            raise SafetyConfigError(f"safety.hold_mode: expected 'hold' or 'damp', got {self.hold_mode!r}")
+        for name in ("ramp_s", "exit_s", "position_margin"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise SafetyConfigError(f"safety.{name}: expected a finite number >= 0, got {value!r}")
+        damping = self.damping if isinstance(self.damping, tuple) else (self.damping,)
+        for i, d in enumerate(damping):
+            if not (isinstance(d, (int, float)) and math.isfinite(d) and d >= 0):
+                raise SafetyConfigError(f"safety.damping[{i}]: expected a finite gain >= 0, got {d!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "safety") -> SafetyConfig:
+        """Read a mapping (a config section), naming an unknown field or a bad value."""
+        if not isinstance(data, Mapping):
+            raise SafetyConfigError(f"{where}: expected a mapping of safety settings, got {data!r}")
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SafetyConfigError(f"{where}: unknown settings {unknown} (valid: {sorted(known)})")
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in ("max_delta", "damping") and isinstance(value, (list, tuple)):
+                value = tuple(_number(v, f"{where}.{key}") for v in value)
+            elif key in ("max_delta", "damping", "smoothing", "stale_timeout_s", "ramp_s", "exit_s", "position_margin"):
+                value = _number(value, f"{where}.{key}")
+            kwargs[key] = value
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (``inf`` as the string ``"inf"``)."""
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, float) and math.isinf(value):
+                out[key] = "inf"
+        return out
+
+
+def _number(value: Any, where: str) -> float:
+    """A number (``"inf"`` allowed), or an error naming ``where``."""
+    if isinstance(value, bool):
+        raise SafetyConfigError(f"{where}: expected a number, got {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise SafetyConfigError(f"{where}: expected a number, got {value!r}") from None
+    if math.isnan(x):
+        raise SafetyConfigError(f"{where}: expected a number, got NaN")
+    return x
+
+
+def _positive_or_inf(value: float | tuple[float, ...], where: str) -> None:
+    """Refuse a change limit that is not positive."""
+    values = value if isinstance(value, tuple) else (value,)
+    for i, v in enumerate(values):
+        if not (isinstance(v, (int, float)) and not math.isnan(v) and v > 0):
+            suffix = f"[{i}]" if isinstance(value, tuple) else ""
+            raise SafetyConfigError(f"{where}{suffix}: expected a positive number (or inf), got {v!r}")
+
+
+def _per_joint(value: float | Sequence[float], n: int, where: str) -> np.ndarray:
+    """One value or ``n`` as a float64 array."""
+    arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    if arr.size == 1:
+        return np.full(n, float(arr[0]))
+    if arr.size != n:
+        raise SafetyConfigError(f"{where}: expected one value or {n} (one per command joint), got {arr.size}")
+    return arr
+
+
+class SafetyLayer:
+    """Filters commands against a robot's limits (module doc)."""
+
+    def __init__(self, features: RobotFeatures, config: SafetyConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        """Precompute the limit arrays of ``features`` under ``config``."""
+        self.features = features
+        self.config = config
+        self.clock = clock
+        self.kind = features.command_kind
+        n = len(features.command_joints)
+        self.n = n
+        self.cols = features.command_index
+        margin = config.position_margin
+        lo = np.array([p[0] for p in features.position_limits], dtype=np.float64)
+        hi = np.array([p[1] for p in features.position_limits], dtype=np.float64)
+        lo = np.where(np.isfinite(lo), lo + margin, lo)
+        hi = np.where(np.isfinite(hi), hi - margin, hi)
+        bad = lo > hi
+        if bad.any():
+            raise SafetyConfigError(
+                f"safety.position_margin: {margin} leaves no room between the position limits of "
+                f"{[features.command_joints[i] for i in np.flatnonzero(bad)]}"
+            )
+        self.pos_lo, self.pos_hi = lo, hi
+        self.vel_lim = np.asarray(features.velocity_limits, dtype=np.float64)
+        self.eff_lim = np.asarray(features.effort_limits, dtype=np.float64)
+        self.max_delta = _per_joint(config.max_delta, n, "safety.max_delta")
+        if self.kind == "joint_pos":
+            # A target may not move faster than the joint may.
+            self.max_delta = np.minimum(self.max_delta, self.vel_lim * features.period)
+        self.damping = _per_joint(config.damping, n, "safety.damping")
+        self.default_pose = np.asarray(features.default_pose, dtype=np.float64)
+        # Absolute bounds of the command itself, by kind.
+        if self.kind == "joint_pos":
+            self.cmd_lo, self.cmd_hi, self._abs_flag = self.pos_lo, self.pos_hi, Intervention.POSITION
+        elif self.kind == "joint_vel":
+            self.cmd_lo, self.cmd_hi, self._abs_flag = -self.vel_lim, self.vel_lim, Intervention.VELOCITY
+        else:
+            self.cmd_lo, self.cmd_hi, self._abs_flag = -self.eff_lim, self.eff_lim, Intervention.EFFORT
+        self._prev = self._clamp_abs(np.zeros(n))
+        self._state = "idle"
+        self._ramp_start = 0.0
+        self._ramp_from = np.zeros(n)
+        self._hold_target: np.ndarray | None = None
+        self._estop_reason = ""
+        self.counts: dict[str, int] = dict.fromkeys(FLAG_NAMES.values(), 0)
+        """Steps with each intervention since construction, by flag name."""
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """``idle``, ``ramp``, ``run``, ``hold``, ``estop`` or ``exit``."""
+        return self._state
+
+    @property
+    def last_command(self) -> np.ndarray:
+        """The previous emitted command (a copy)."""
+        return self._prev.copy()
+
+    @property
+    def estop_reason(self) -> str:
+        """Why the e-stop latched (empty when it is not latched)."""
+        return self._estop_reason
+
+    def _now(self, now: float | None) -> float:
+        return self.clock() if now is None else float(now)
+
+    def start(self, reading: Reading, now: float | None = None) -> None:
+        """Begin the staged start from ``reading``'s pose; the previous command becomes the measured
+        position (position robots) or zero.
+        """
+        now = self._now(now)
+        pose = reading.joint_pos[self.cols].astype(np.float64)
+        self._ramp_from = self._clamp_abs(pose) if self.kind == "joint_pos" else np.zeros(self.n)
+        self._prev = self._ramp_from.copy() if self.kind == "joint_pos" else self._clamp_abs(np.zeros(self.n))
+        self._ramp_start = now
+        self._hold_target = None
+        if self._state != "estop":
+            self._state = "ramp" if self.config.ramp_s > 0 else "run"
+
+    def estop(self, reason: str = "") -> None:
+        """Latch the e-stop (module doc)."""
+        self._estop_reason = reason or "e-stop"
+        self._state = "estop"
+
+    def clear_estop(self) -> None:
+        """Release the e-stop; the next steps hold, then run under the change limit."""
+        if self._state == "estop":
+            self._estop_reason = ""
+            self._state = "run"
+            self._hold_target = None
+
+    # -- commands ------------------------------------------------------------------------------
+    def _clamp_abs(self, cmd: np.ndarray) -> np.ndarray:
+        return np.minimum(np.maximum(cmd, self.cmd_lo), self.cmd_hi)
+
+    def _damp(self, reading: Reading | None) -> np.ndarray:
+        """The damping command of this kind for ``reading``."""
+        if self.kind == "torque":
+            if reading is None:
+                return np.zeros(self.n)
+            return -self.damping * reading.joint_vel[self.cols]
+        if self.kind == "joint_vel":
+            return np.zeros(self.n)
+        if reading is None:
+            return self._prev.copy()
+        return reading.joint_pos[self.cols].astype(np.float64)
+
+    def _hold(self, reading: Reading | None) -> np.ndarray:
+        """The hold command (module doc)."""
+        if self.kind != "joint_pos" or self.config.hold_mode == "damp":
+            return self._damp(reading)
+        if self._hold_target is None:
+            self._hold_target = self._damp(reading)
+        return self._hold_target
+
+    def filter(self, command: np.ndarray | None, reading: Reading | None, now: float | None = None) -> tuple[np.ndarray, int]:
+        """The command to send for the policy's ``command`` (``None``: none) and the interventions."""
+        now = self._now(now)
+        flags = Intervention.NONE
+        if self._state == "estop":
+            cmd = self._clamp_abs(self._damp(reading))
+            return self._emit(cmd, Intervention.ESTOP)
+        fresh = reading is not None and now - reading.age_reference <= self.config.stale_timeout_s
+        if command is None:
+            cmd, flags = self._hold(reading), Intervention.HOLD
+        else:
+            cmd = np.asarray(command, dtype=np.float64).reshape(-1)
+            if cmd.shape != (self.n,):
+                raise ValueError(f"safety: expected a command of {self.n} values, got shape {list(cmd.shape)}")
+            if not np.isfinite(cmd).all():
+                cmd, flags = self._hold(reading), Intervention.NONFINITE
+        if not fresh:
+            cmd, flags = self._hold(reading if reading is not None else None), flags | Intervention.STALE
+        holding = bool(flags & (Intervention.HOLD | Intervention.NONFINITE | Intervention.STALE))
+        if not holding:
+            self._hold_target = None
+            if self._state == "ramp":
+                frac = (now - self._ramp_start) / self.config.ramp_s if self.config.ramp_s > 0 else 1.0
+                if frac >= 1.0:
+                    self._state = "run"
+                else:
+                    frac = max(frac, 0.0)
+                    if self.kind == "joint_pos":
+                        cmd = self._ramp_from + frac * (self.default_pose - self._ramp_from)
+                    else:
+                        cmd = cmd * frac
+                    flags |= Intervention.RAMP
+            elif self._state in ("hold", "idle"):
+                self._state = "run"
+        elif self._state not in ("ramp", "idle"):
+            self._state = "hold"
+        if reading is not None and self.kind != "joint_pos":
+            flags |= self._guard(cmd, reading)
+        if self.config.smoothing > 0 and not holding:
+            smoothed = self.config.smoothing * self._prev + (1.0 - self.config.smoothing) * cmd
+            if not np.array_equal(smoothed, cmd):
+                flags |= Intervention.SMOOTHED
+            cmd = smoothed
+        return self._emit(cmd, flags)
+
+    def _guard(self, cmd: np.ndarray, reading: Reading) -> Intervention:
+        """Zero (in place) efforts/velocities pushing past a position limit or along an overspeed."""
+        flags = Intervention.NONE
+        pos = reading.joint_pos[self.cols]
+        outward = ((pos >= self.pos_hi) & (cmd > 0)) | ((pos <= self.pos_lo) & (cmd < 0))
+        if outward.any():
+            cmd[outward] = 0.0
+            flags |= Intervention.POSITION
+        if self.kind == "torque":
+            vel = reading.joint_vel[self.cols]
+            over = (np.abs(vel) > self.vel_lim) & (cmd * vel > 0)
+            if over.any():
+                cmd[over] = 0.0
+                flags |= Intervention.VELOCITY
+        return flags
+
+    def _emit(self, cmd: np.ndarray, flags: Intervention) -> tuple[np.ndarray, int]:
+        """Absolute limits, change limit (except at an e-stop), limits again; remember and count."""
+        cmd = np.array(cmd, dtype=np.float64)  # a copy: the caller's array is never changed
+        finite = np.isfinite(cmd)
+        if not finite.all():  # a non-finite reading fed the hold or damping command: keep the last one
+            cmd = np.where(finite, cmd, self._prev)
+            flags |= Intervention.NONFINITE
+        bounded = self._clamp_abs(cmd)
+        if not np.array_equal(bounded, cmd):
+            flags |= self._abs_flag
+        if not flags & Intervention.ESTOP:
+            diff = bounded - self._prev
+            over = np.abs(diff) > self.max_delta
+            if over.any():
+                # Only the joints over the limit move by exactly max_delta; the rest keep their value
+                # bit for bit (prev + (x - prev) need not round back to x).
+                bounded = self._clamp_abs(np.where(over, self._prev + np.sign(diff) * self.max_delta, bounded))
+                flags |= Intervention.RATE
+        self._prev = bounded
+        value = int(flags)
+        if value:
+            for bit, name in FLAG_NAMES.items():
+                if value & bit:
+                    self.counts[name] += 1
+        return bounded.copy(), value
+
+    def exit_command(self, reading: Reading | None, now: float | None = None) -> tuple[np.ndarray, int]:
+        """The damping command on exit, under the change limit (``EXIT``); an e-stop stays an e-stop."""
+        if self._state == "estop":
+            return self.filter(None, reading, now)
+        self._state = "exit"
+        return self._emit(self._damp(reading), Intervention.EXIT)
