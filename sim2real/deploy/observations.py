@@ -22,6 +22,7 @@ moves (:meth:`ObservationAdapter.mismatches`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -30,8 +31,8 @@ import torch
 from robolearn.sim2real.robots.base import Reading, RobotFeatures
 from robolearn.spec import ObservationProcessor, ObsTermSpec, PolicySpec
 
-TermReader = Callable[[Reading, np.ndarray], np.ndarray]
-"""``(reading, last_action) -> [dim]`` float64 raw term value."""
+TermReader = Callable[[Reading, np.ndarray, np.ndarray], None]
+"""``(reading, last_action, out)``: writes the raw term value into ``out`` ``[dim]`` (float64)."""
 
 MDP = "robolearn.envs.mdp."
 
@@ -57,7 +58,12 @@ class ObservationAdapter:
             self._readers.append(reader)
         self.processor = ObservationProcessor(group, gspec, dtype=dtype)
         self.dims = [t.dim for t in gspec.terms]
-        self._buffers = [torch.zeros(1, d, dtype=torch.float64) for d in self.dims]
+        # One float64 frame the readers write into; the processor reads its columns as tensor views
+        # of the same memory, so a step costs no allocation and no copy before the processor's own.
+        self._frame = np.zeros((1, gspec.frame_dim), dtype=np.float64)
+        frame_t = torch.from_numpy(self._frame)
+        self._slices = [self._frame[0, t.start : t.start + t.dim] for t in gspec.terms]
+        self._views = [frame_t[:, t.start : t.start + t.dim] for t in gspec.terms]
 
     def mismatches(self) -> list[str]:
         """Every term this robot cannot give (joint missing, extra reading missing, unknown source)."""
@@ -83,25 +89,34 @@ class ObservationAdapter:
     def _reader(self, term: ObsTermSpec) -> tuple[TermReader, str]:
         """The reader of one term and, when it cannot be read, why."""
         source = term.source
-        none: TermReader = lambda r, a: np.zeros(term.dim)  # noqa: E731 - a placeholder for an unreadable term
+        def none(r: Reading, a: np.ndarray, out: np.ndarray) -> None:
+            """A placeholder for a term this robot cannot give (the runtime refuses to start)."""
+            out[:] = 0.0
+
         if source in (MDP + "qpos", MDP + "qvel"):
             cols, problem = self._joints(term, "start", "stop")
             if problem:
                 return none, problem
             if source.endswith("qpos"):
-                return (lambda r, a: r.joint_pos[cols]), ""
-            return (lambda r, a: r.joint_vel[cols]), ""
+                return (lambda r, a, out: np.take(r.joint_pos, cols, out=out)), ""
+            return (lambda r, a, out: np.take(r.joint_vel, cols, out=out)), ""
         if source == MDP + "hinge_cos_sin":
             index = int(term.params.get("qpos_index", -1))
             qj = self.spec.qpos_joints
             if not 0 <= index < len(qj) or qj[index] not in self.features.joints:
                 return none, f"needs joint {qj[index] if 0 <= index < len(qj) else index!r}, which robot {self.features.name!r} does not measure"
             col = self.features.joints.index(qj[index])
-            return (lambda r, a: np.array([np.cos(r.joint_pos[col]), np.sin(r.joint_pos[col])])), ""
+
+            def cos_sin(r: Reading, a: np.ndarray, out: np.ndarray) -> None:
+                q = float(r.joint_pos[col])
+                out[0] = math.cos(q)
+                out[1] = math.sin(q)
+
+            return cos_sin, ""
         if source == MDP + "last_action":
             if term.dim != self.spec.action_dim:
                 return none, f"a last-action term of dim {term.dim} for {self.spec.action_dim} actions"
-            return (lambda r, a: a), ""
+            return (lambda r, a, out: out.__setitem__(slice(None), a)), ""
         key = f"command/{term.params.get('name')}" if source == MDP + "command" else term.name
         width = self.features.extras.get(key)
         if width is None:
@@ -111,15 +126,13 @@ class ObservationAdapter:
             )
         if width != term.dim:
             return none, f"the extra reading {key!r} has width {width}, the term has dim {term.dim}"
-        return (lambda r, a: r.extras[key]), ""
+        return (lambda r, a, out: out.__setitem__(slice(None), r.extras[key])), ""
 
     def raw_terms(self, reading: Reading, last_action: np.ndarray) -> list[torch.Tensor]:
         """Each term's raw value ``[1, dim]`` float64 (before clip and scale)."""
-        out = []
-        for reader, buf in zip(self._readers, self._buffers, strict=True):
-            buf[0] = torch.from_numpy(np.asarray(reader(reading, last_action), dtype=np.float64))
-            out.append(buf)
-        return out
+        for reader, out in zip(self._readers, self._slices, strict=True):
+            reader(reading, last_action, out)
+        return self._views
 
     def __call__(self, reading: Reading, last_action: np.ndarray) -> np.ndarray:
         """The processed observation ``[1, D]`` (the network's input dtype) for ``reading``."""

@@ -50,6 +50,11 @@ from robolearn.spec import ActionProcessor, PolicySpec
 
 log = logging.getLogger(__name__)
 
+_ESTOP, _STALE, _RAMP = int(Intervention.ESTOP), int(Intervention.STALE), int(Intervention.RAMP)
+_HOLD_OR_NONFINITE = int(Intervention.HOLD | Intervention.NONFINITE)
+_POLICY_OFF = int(Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
+"""Flags of a step whose command did not come from the policy (recorded as ``policy_active`` false)."""
+
 
 class DeployMismatch(ValueError):
     """A policy and a robot that do not fit; the message lists every mismatch."""
@@ -206,7 +211,7 @@ class DeployRuntime:
             obs = self.adapter(reading, self.last_action)
             action = self.policy(obs).reshape(-1)
             command = self.action_processor(torch.from_numpy(action).reshape(1, -1)).numpy().reshape(-1)
-            if np.all(np.isfinite(action)):
+            if math.isfinite(float(action.sum())):
                 # The last-action term is the policy's own choice, as env.action is in training.
                 self.last_action = action.astype(np.float64)
         safe, flags = self.safety.filter(command, reading, now)
@@ -221,7 +226,7 @@ class DeployRuntime:
                 action if action is not None else np.zeros(self.spec.action_dim),
                 safe, sent, reading.joint_pos, reading.joint_vel,
                 stamp=reading.stamp, tick=now, sent_at=sent_at, interventions=flags,
-                policy_active=obs is not None and not flags & (Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE),
+                policy_active=obs is not None and not flags & _POLICY_OFF,
             )
         return flags
 
@@ -233,13 +238,15 @@ class DeployRuntime:
 
     def _status(self, flags: int, fresh: bool) -> str:
         """The status word after a step."""
-        if flags & Intervention.ESTOP:
+        if not flags:
+            return "run" if fresh else "stale"
+        if flags & _ESTOP:
             return "estop"
-        if not fresh or flags & Intervention.STALE:
+        if not fresh or flags & _STALE:
             return "stale"
-        if flags & Intervention.RAMP:
+        if flags & _RAMP:
             return "ramp"
-        if flags & (Intervention.HOLD | Intervention.NONFINITE):
+        if flags & _HOLD_OR_NONFINITE:
             return "hold"
         return "run"
 

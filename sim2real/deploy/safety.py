@@ -87,6 +87,19 @@ class Intervention(enum.IntFlag):
 FLAG_NAMES = {int(f): f.name.lower() for f in Intervention if f.value}
 """Flag value to name, for counts and status reports."""
 
+# Plain ints for the per-step path: IntFlag arithmetic costs microseconds a call.
+_POSITION, _VELOCITY, _EFFORT, _RATE, _NONFINITE, _STALE, _ESTOP, _RAMP, _EXIT, _HOLD, _SMOOTHED = (
+    int(Intervention.POSITION), int(Intervention.VELOCITY), int(Intervention.EFFORT), int(Intervention.RATE),
+    int(Intervention.NONFINITE), int(Intervention.STALE), int(Intervention.ESTOP), int(Intervention.RAMP),
+    int(Intervention.EXIT), int(Intervention.HOLD), int(Intervention.SMOOTHED),
+)
+_HOLDING = _HOLD | _NONFINITE | _STALE
+
+
+def _all_finite(x: np.ndarray) -> bool:
+    """Whether every entry is finite (one reduction in the common case)."""
+    return math.isfinite(float(x.sum())) or bool(np.isfinite(x).all())
+
 
 class SafetyConfigError(ValueError):
     """A safety setting out of range (field, value and expectation named)."""
@@ -224,19 +237,32 @@ class SafetyLayer:
         self.default_pose = np.asarray(features.default_pose, dtype=np.float64)
         # Absolute bounds of the command itself, by kind.
         if self.kind == "joint_pos":
-            self.cmd_lo, self.cmd_hi, self._abs_flag = self.pos_lo, self.pos_hi, Intervention.POSITION
+            self.cmd_lo, self.cmd_hi, self._abs_flag = self.pos_lo, self.pos_hi, _POSITION
         elif self.kind == "joint_vel":
-            self.cmd_lo, self.cmd_hi, self._abs_flag = -self.vel_lim, self.vel_lim, Intervention.VELOCITY
+            self.cmd_lo, self.cmd_hi, self._abs_flag = -self.vel_lim, self.vel_lim, _VELOCITY
         else:
-            self.cmd_lo, self.cmd_hi, self._abs_flag = -self.eff_lim, self.eff_lim, Intervention.EFFORT
+            self.cmd_lo, self.cmd_hi, self._abs_flag = -self.eff_lim, self.eff_lim, _EFFORT
+        # Guards that cannot fire are skipped (unlimited joints, finite change limits).
+        self._position_guard = bool(np.isfinite(self.pos_lo).any() or np.isfinite(self.pos_hi).any())
+        self._velocity_guard = self.kind == "torque" and bool(np.isfinite(self.vel_lim).any())
+        self._rate_limited = bool(np.isfinite(self.max_delta).any())
         self._prev = self._clamp_abs(np.zeros(n))
         self._state = "idle"
         self._ramp_start = 0.0
         self._ramp_from = np.zeros(n)
         self._hold_target: np.ndarray | None = None
         self._estop_reason = ""
-        self.counts: dict[str, int] = dict.fromkeys(FLAG_NAMES.values(), 0)
+        self._histogram: dict[int, int] = {}
+
+    @property
+    def counts(self) -> dict[str, int]:
         """Steps with each intervention since construction, by flag name."""
+        out = dict.fromkeys(FLAG_NAMES.values(), 0)
+        for value, n in self._histogram.items():
+            for bit, name in FLAG_NAMES.items():
+                if value & bit:
+                    out[name] += n
+        return out
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -309,22 +335,23 @@ class SafetyLayer:
     def filter(self, command: np.ndarray | None, reading: Reading | None, now: float | None = None) -> tuple[np.ndarray, int]:
         """The command to send for the policy's ``command`` (``None``: none) and the interventions."""
         now = self._now(now)
-        flags = Intervention.NONE
+        flags = 0
         if self._state == "estop":
-            cmd = self._clamp_abs(self._damp(reading))
-            return self._emit(cmd, Intervention.ESTOP)
+            return self._emit(self._damp(reading), _ESTOP)
         fresh = reading is not None and now - reading.age_reference <= self.config.stale_timeout_s
         if command is None:
-            cmd, flags = self._hold(reading), Intervention.HOLD
+            cmd, flags = self._hold(reading), _HOLD
         else:
-            cmd = np.asarray(command, dtype=np.float64).reshape(-1)
+            cmd = command if isinstance(command, np.ndarray) and command.dtype == np.float64 else np.asarray(command, np.float64)
             if cmd.shape != (self.n,):
-                raise ValueError(f"safety: expected a command of {self.n} values, got shape {list(cmd.shape)}")
-            if not np.isfinite(cmd).all():
-                cmd, flags = self._hold(reading), Intervention.NONFINITE
+                cmd = cmd.reshape(-1)
+                if cmd.shape != (self.n,):
+                    raise ValueError(f"safety: expected a command of {self.n} values, got shape {list(cmd.shape)}")
+            if not _all_finite(cmd):
+                cmd, flags = self._hold(reading), _NONFINITE
         if not fresh:
-            cmd, flags = self._hold(reading if reading is not None else None), flags | Intervention.STALE
-        holding = bool(flags & (Intervention.HOLD | Intervention.NONFINITE | Intervention.STALE))
+            cmd, flags = self._hold(reading), flags | _STALE
+        holding = bool(flags & _HOLDING)
         if not holding:
             self._hold_target = None
             if self._state == "ramp":
@@ -337,65 +364,62 @@ class SafetyLayer:
                         cmd = self._ramp_from + frac * (self.default_pose - self._ramp_from)
                     else:
                         cmd = cmd * frac
-                    flags |= Intervention.RAMP
-            elif self._state in ("hold", "idle"):
+                    flags |= _RAMP
+            elif self._state != "run":
                 self._state = "run"
         elif self._state not in ("ramp", "idle"):
             self._state = "hold"
-        if reading is not None and self.kind != "joint_pos":
-            flags |= self._guard(cmd, reading)
+        if reading is not None and self.kind != "joint_pos" and (self._position_guard or self._velocity_guard):
+            cmd, guard = self._guard(cmd, reading)
+            flags |= guard
         if self.config.smoothing > 0 and not holding:
             smoothed = self.config.smoothing * self._prev + (1.0 - self.config.smoothing) * cmd
-            if not np.array_equal(smoothed, cmd):
-                flags |= Intervention.SMOOTHED
+            if (smoothed != cmd).any():
+                flags |= _SMOOTHED
             cmd = smoothed
         return self._emit(cmd, flags)
 
-    def _guard(self, cmd: np.ndarray, reading: Reading) -> Intervention:
-        """Zero (in place) efforts/velocities pushing past a position limit or along an overspeed."""
-        flags = Intervention.NONE
-        pos = reading.joint_pos[self.cols]
-        outward = ((pos >= self.pos_hi) & (cmd > 0)) | ((pos <= self.pos_lo) & (cmd < 0))
-        if outward.any():
-            cmd[outward] = 0.0
-            flags |= Intervention.POSITION
-        if self.kind == "torque":
+    def _guard(self, cmd: np.ndarray, reading: Reading) -> tuple[np.ndarray, int]:
+        """``cmd`` without efforts/velocities pushing past a position limit or along an overspeed."""
+        flags = 0
+        if self._position_guard:
+            pos = reading.joint_pos[self.cols]
+            outward = ((pos >= self.pos_hi) & (cmd > 0)) | ((pos <= self.pos_lo) & (cmd < 0))
+            if outward.any():
+                cmd = np.where(outward, 0.0, cmd)
+                flags |= _POSITION
+        if self._velocity_guard:
             vel = reading.joint_vel[self.cols]
             over = (np.abs(vel) > self.vel_lim) & (cmd * vel > 0)
             if over.any():
-                cmd[over] = 0.0
-                flags |= Intervention.VELOCITY
-        return flags
+                cmd = np.where(over, 0.0, cmd)
+                flags |= _VELOCITY
+        return cmd, flags
 
-    def _emit(self, cmd: np.ndarray, flags: Intervention) -> tuple[np.ndarray, int]:
+    def _emit(self, cmd: np.ndarray, flags: int) -> tuple[np.ndarray, int]:
         """Absolute limits, change limit (except at an e-stop), limits again; remember and count."""
-        cmd = np.array(cmd, dtype=np.float64)  # a copy: the caller's array is never changed
-        finite = np.isfinite(cmd)
-        if not finite.all():  # a non-finite reading fed the hold or damping command: keep the last one
-            cmd = np.where(finite, cmd, self._prev)
-            flags |= Intervention.NONFINITE
-        bounded = self._clamp_abs(cmd)
-        if not np.array_equal(bounded, cmd):
+        if not _all_finite(cmd):  # a non-finite reading fed the hold or damping command: keep the last one
+            cmd = np.where(np.isfinite(cmd), cmd, self._prev)
+            flags |= _NONFINITE
+        bounded = np.minimum(np.maximum(cmd, self.cmd_lo), self.cmd_hi)  # a new array: the input is never changed
+        if (bounded != cmd).any():
             flags |= self._abs_flag
-        if not flags & Intervention.ESTOP:
+        if self._rate_limited and not flags & _ESTOP:
             diff = bounded - self._prev
             over = np.abs(diff) > self.max_delta
             if over.any():
                 # Only the joints over the limit move by exactly max_delta; the rest keep their value
                 # bit for bit (prev + (x - prev) need not round back to x).
                 bounded = self._clamp_abs(np.where(over, self._prev + np.sign(diff) * self.max_delta, bounded))
-                flags |= Intervention.RATE
+                flags |= _RATE
         self._prev = bounded
-        value = int(flags)
-        if value:
-            for bit, name in FLAG_NAMES.items():
-                if value & bit:
-                    self.counts[name] += 1
-        return bounded.copy(), value
+        if flags:
+            self._histogram[flags] = self._histogram.get(flags, 0) + 1
+        return bounded.copy(), flags
 
     def exit_command(self, reading: Reading | None, now: float | None = None) -> tuple[np.ndarray, int]:
         """The damping command on exit, under the change limit (``EXIT``); an e-stop stays an e-stop."""
         if self._state == "estop":
             return self.filter(None, reading, now)
         self._state = "exit"
-        return self._emit(self._damp(reading), Intervention.EXIT)
+        return self._emit(self._damp(reading), _EXIT)
