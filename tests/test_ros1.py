@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.ros
+# rospy (Debian's 1.15) still calls Condition.notifyAll.
+pytestmark = [pytest.mark.ros, pytest.mark.filterwarnings("ignore:notifyAll:DeprecationWarning")]
 
 
 def _missing_ros() -> str | None:
@@ -144,8 +145,7 @@ class Process:
         self._log.close()
 
     def text(self) -> str:
-        """Everything the process wrote so far."""
-        self._log.flush()
+        """Everything the process wrote so far (it writes to the file itself: nothing buffered here)."""
         return self.log_path.read_text(errors="replace")
 
 
@@ -445,6 +445,7 @@ def orphan(ros: RosEnv, lqr: Path) -> Iterator[OrphanRun]:
     topics = Topics(namespace="/rl_b", command_type="float64_multi_array")
     probe = Probe(topics)
     procs: list[Process] = []
+    run: OrphanRun | None = None
     try:
         robot = node("ros1_robot_node", "robot_b", [
             "--task", "Cartpole-Balance", "--namespace", topics.namespace, "--command-type", topics.command_type,
@@ -464,7 +465,7 @@ def orphan(ros: RosEnv, lqr: Path) -> Iterator[OrphanRun]:
         run = OrphanRun(ros, topics, robot, policy, probe, features)
         yield run
     finally:
-        for fake in run.fake if "run" in locals() else []:
+        for fake in run.fake if run is not None else []:
             fake.close()
         probe.close()
         for proc in reversed(procs):
@@ -806,3 +807,23 @@ def test_policy_node_reads_features_files(tmp_path: Path) -> None:
         load_features(str(tmp_path / "bad.json"))
     with pytest.raises(SystemExit, match="is not a file"):
         load_features(str(tmp_path / "missing.json"))
+
+
+def test_policy_node_refuses_a_robot_that_does_not_fit(ros: RosEnv, lqr: Path, tmp_path: Path) -> None:
+    """A robot description with another rate and other joints: exit status 2, every mismatch logged,
+    nothing advertised."""
+    other = RobotFeatures(name="cart", joints=("rail", "hinge"), command_joints=("rail",), command_kind="torque",
+                          rate_hz=50.0, position_limits=((-1.0, 1.0),), velocity_limits=(math.inf,),
+                          effort_limits=(1.0,), default_pose=(0.0,))
+    (tmp_path / "cart.json").write_text(json.dumps(other.to_dict()))
+    proc = node("ros1_policy_node", "policy_mismatch", ["--policy", str(lqr), "--robot", str(tmp_path / "cart.json"),
+                                                         "--namespace", "/rl_d"], ros.env, tmp_path)
+    try:
+        code = proc.proc.wait(timeout=60)
+    finally:
+        proc.stop()
+    text = proc.text()
+    assert code == 2, text
+    assert "command joint names: the policy commands ['slider'], the robot takes ['rail']" in text
+    assert "control rate: the policy was trained at 100 Hz, the robot runs at 50 Hz" in text
+    assert "/rl_d/command" not in rosgraph.Master("/probe", master_uri=ros.uri).getPublishedTopics("/rl_d")
