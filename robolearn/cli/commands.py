@@ -362,12 +362,17 @@ def sim2sim_entry(overrides: list[str]) -> int:
 
 # -- data -------------------------------------------------------------------------------------
 def data_entry(argv: list[str]) -> int:
-    """``robolearn data collect [key=value ...]``: compose ``collect.yaml`` and collect."""
-    if not argv or argv[0] not in ("collect", "build"):
-        raise UsageError("expected `robolearn data collect key=value ...` or `robolearn data build key=value ...`")
+    """``robolearn data collect|build|import-bag [key=value ...]``: collect, build recipes, import a bag."""
+    if not argv or argv[0] not in ("collect", "build", "import-bag"):
+        raise UsageError("expected `robolearn data collect key=value ...`, `robolearn data build key=value ...` or "
+                         "`robolearn data import-bag bag=<file> mapping=<yaml> [out=<file.h5>]`")
     from robolearn.data import DatasetError
 
     try:
+        if argv[0] == "import-bag":
+            from robolearn.cli.bag_import import import_bag_command
+
+            return import_bag_command(argv[1:])
         if argv[0] == "collect":
             from robolearn.cli.collect import collect_command
 
@@ -400,7 +405,8 @@ def _help(command: str) -> str:
         "export": "robolearn export run=<run dir> format=<onnx|torchscript|all> [out=<dir>]",
         "sim2sim": "robolearn sim2sim run=<run dir> [only=[name,...]] [min_ratio=F] [perturbations.<name>.<field>=V]",
         "data": "robolearn data collect task=<TaskId> policy=<run dir|random> episodes=N [noise=F] [out=<file>]\n"
-        "       robolearn data build [tasks=[Hopper]] [root=<dir>] [expert_env_steps=N] [medium_env_steps=N] (D4RL-style recipe)",
+        "       robolearn data build [tasks=[Hopper]] [root=<dir>] [expert_env_steps=N] [medium_env_steps=N] (D4RL-style recipe)\n"
+        "       robolearn data import-bag bag=<.bag|.db3|.mcap> mapping=<yaml> [out=<file.h5>] (robot logs, labelled by the task)",
     }[command]
     text = f"usage: {usage}\n\n"
     if command == "train":

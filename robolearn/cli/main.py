@@ -29,7 +29,8 @@ HYDRA_COMMANDS: dict[str, str] = {
     "eval": "eval run=<run dir>: mean return of the latest checkpoint (--help)",
     "export": "export run=<run dir> format=<onnx|torchscript|all>: policy + manifest (--help)",
     "sim2sim": "sim2sim run=<run dir>: evaluate under perturbed physics and latency, pass/fail (--help)",
-    "data": "data collect task=<TaskId> policy=<run dir|random> episodes=N noise=F | data build: datasets (--help)",
+    "data": "data collect task=<TaskId> policy=<run dir|random> episodes=N noise=F | data build | "
+    "data import-bag bag=<file> mapping=<yaml>: datasets (--help)",
 }
 """Subcommands composed by Hydra (see :mod:`robolearn.cli.commands`), with their one-line help."""
 
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in HYDRA_COMMANDS.items():  # listed for --help; main() routes them before argparse
         commands.add_parser(name, help=text, add_help=False)
+    commands.add_parser(  # routed before argparse too (key=value settings, robolearn.cli.deploy)
+        "deploy", add_help=False,
+        help="deploy run=<dir>|policy=<exported> robot=sim|ros1|ros2 [rate=...]: the policy on a robot (--help)")
 
     demo = commands.add_parser(
         "demo",
@@ -78,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from robolearn.cli.commands import run_command
 
         return run_command(argv[0], argv[1:])
+    if argv and argv[0] == "deploy":
+        from robolearn.cli.deploy import deploy_command
+
+        return deploy_command(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -263,6 +263,17 @@ class SimulatedRobot(Robot):
         # staleness is judged on the monotonic clock).
         return Reading(stamp=stamp, joint_pos=pos, joint_vel=vel, extras=extras, received=time.monotonic())
 
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Put the world in state ``(qpos, qvel)`` (the model's full ``qpos``/``qvel``), as a person
+        placing a real robot would; the next reading shows it.
+        """
+        self.env.set_state(torch.as_tensor(np.asarray(qpos, dtype=np.float64)).reshape(1, -1),
+                           torch.as_tensor(np.asarray(qvel, dtype=np.float64)).reshape(1, -1))
+        stamp = time.monotonic() if self.realtime else self.sim_time
+        reading = self._measure(stamp)
+        with self._lock:
+            self._reading = reading
+
     def hold_command(self) -> np.ndarray:
         """What the robot-side watchdog applies (module doc)."""
         reading = self._reading

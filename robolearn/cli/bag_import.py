@@ -1,0 +1,240 @@
+"""``robolearn data import-bag bag=<file> mapping=<yaml> [out=<file.h5>]``: robot logs as datasets.
+
+A ROS 1 ``.bag`` or ROS 2 ``.db3``/``.mcap`` recording becomes a robolearn dataset (the one type
+the offline and offline-to-online learners read): the mapping file says which topics hold the
+joint states and the commands, the log is resampled onto the task's control ticks
+(:func:`robolearn.data.rosbag_io.align`), commands are mapped back to the policy's actions
+(``action = (command - offset) / scale``, the inverse of the task's action processing), and the
+task's own observation, reward and termination terms are evaluated on the logged states
+(:class:`robolearn.envs.relabel.Labeller`). The labelling is recorded in the dataset's metadata:
+task, reward and termination terms with their weights, rate, the bag's name and SHA-256, the
+mapping.
+
+The mapping file (YAML; ``configs/bag_mappings/cartpole.yaml`` is an example)::
+
+    task: Cartpole-Balance            # registered task whose terms label the log
+    rate_hz: null                     # control rate; null: the task's (1 / dt)
+    joint_states:
+      topic: /robolearn/joint_states  # sensor_msgs/JointState
+      joints: null                    # joints in the task's qpos order; null: the task's qpos joints
+    commands:
+      topic: /robolearn/command       # std_msgs/Float64MultiArray or trajectory_msgs/JointTrajectory
+      joints: null                    # command joints in action order; null: the task's action joints
+      trajectory_field: positions     # which field of a JointTrajectory's first point is the command
+    episode_gap_s: null               # a joint-state gap longer than this starts a new episode
+    max_steps: null                   # keep at most this many transitions
+
+Episodes end as time-outs (the recording was cut) unless a termination term fired. The task's
+``qpos`` must be its 1-DoF joints (hinge, slide): a floating base is not in a JointState.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from robolearn.data import Dataset, DatasetMetadata
+from robolearn.data.rosbag_io import BagError, align, read_bag
+from robolearn.envs.relabel import Labeller
+from robolearn.spec import PolicySpec
+from robolearn.types import DEPLOYABLE_GROUPS
+from robolearn.utils.config import ConfigError, to_dataclass
+
+
+@dataclass
+class TopicMapping:
+    """One topic of the mapping and the joints read from it."""
+
+    topic: str = ""
+    """Topic name in the bag."""
+    joints: list[str] | None = None
+    """Joint names to read, in order; ``None``: the task's."""
+    trajectory_field: str = "positions"
+    """For a JointTrajectory command: ``positions``, ``velocities`` or ``effort`` of its first point."""
+
+
+@dataclass
+class BagMapping:
+    """The mapping file (module doc)."""
+
+    task: str = ""
+    """Registered task whose terms label the log."""
+    rate_hz: float | None = None
+    """Control rate; ``None``: the task's."""
+    joint_states: TopicMapping = field(default_factory=TopicMapping)
+    """The ``sensor_msgs/JointState`` topic."""
+    commands: TopicMapping = field(default_factory=TopicMapping)
+    """The command topic."""
+    episode_gap_s: float | None = None
+    """A joint-state gap that ends an episode; ``None``: five control periods (at least 0.25 s)."""
+    max_steps: int | None = None
+    """At most this many transitions."""
+
+    def __post_init__(self) -> None:
+        """Refuse missing or out-of-range fields, naming them."""
+        if not self.task:
+            raise ConfigError("mapping.task: missing (the registered task whose terms label the log)")
+        for name in ("joint_states", "commands"):
+            if not getattr(self, name).topic:
+                raise ConfigError(f"mapping.{name}.topic: missing")
+        if self.commands.trajectory_field not in ("positions", "velocities", "effort"):
+            raise ConfigError(f"mapping.commands.trajectory_field: expected positions, velocities or effort, "
+                              f"got {self.commands.trajectory_field!r}")
+        if self.rate_hz is not None and not self.rate_hz > 0:
+            raise ConfigError(f"mapping.rate_hz: expected a positive rate, got {self.rate_hz!r}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"mapping.max_steps: expected an integer >= 1, got {self.max_steps!r}")
+
+
+def read_mapping(mapping: Mapping[str, Any] | str | os.PathLike[str]) -> BagMapping:
+    """The checked mapping from a mapping or a YAML file."""
+    if not isinstance(mapping, Mapping):
+        path = Path(mapping)
+        if not path.is_file():
+            raise ConfigError(f"mapping: {path} does not exist")
+        try:
+            mapping = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"mapping {path}: not valid YAML ({exc})") from None
+    return to_dataclass(BagMapping, mapping, "mapping")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | os.PathLike[str],
+               out: str | os.PathLike[str] | None = None) -> Dataset:
+    """Convert ``bag`` with ``mapping`` into a labelled dataset; write it to ``out`` if given."""
+    cfg = read_mapping(mapping)
+    bag = Path(bag)
+    labeller = Labeller(cfg.task)
+    env = labeller.env
+    spec = PolicySpec.from_dict(env.policy_spec())
+    qpos_joints = [str(j) for j in spec.qpos_joints]
+    if env.model.nq != len(qpos_joints) or env.model.nv != len(qpos_joints):
+        raise ConfigError(f"mapping.task: {cfg.task} has a floating base or multi-DoF joints (nq {env.model.nq}, "
+                          f"nv {env.model.nv}, joints {qpos_joints}); a JointState log cannot give its state")
+    joints = cfg.joint_states.joints or qpos_joints
+    if sorted(joints) != sorted(qpos_joints):
+        raise ConfigError(f"mapping.joint_states.joints: expected the task's joints {qpos_joints} (any order), got {joints}")
+    cmd_joints = cfg.commands.joints or [str(j) for j in spec.joint_order]
+    if list(cmd_joints) != [str(j) for j in spec.joint_order]:
+        raise ConfigError(f"mapping.commands.joints: expected the task's action joints {list(spec.joint_order)} in "
+                          f"that order, got {cmd_joints}")
+    rate = cfg.rate_hz or spec.control_rate_hz
+    js, cmds = read_bag(bag, cfg.joint_states.topic, qpos_joints, cfg.commands.topic, cmd_joints,
+                        cfg.commands.trajectory_field)
+    log = align(js, cmds, rate, cfg.episode_gap_s, cfg.max_steps)
+    scale = np.array([v for a in spec.actions for v in a.scale], dtype=np.float64)
+    offset = np.array([v for a in spec.actions for v in a.offset], dtype=np.float64)
+    if (scale == 0).any():
+        raise ConfigError(f"mapping.task: {cfg.task} has an action scale of 0; commands cannot be mapped back")
+    actions_all = (log.commands - offset) / scale
+    groups = [g for g in spec.observations if g in DEPLOYABLE_GROUPS]
+    obs: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
+    final: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
+    rewards, terminated, timeouts, terms, acts = [], [], [], [], []
+    s = a = 0
+    for n in log.episode_lengths.tolist():
+        labels = labeller.label(torch.from_numpy(log.position[s : s + n + 1]), torch.from_numpy(log.velocity[s : s + n + 1]),
+                                torch.from_numpy(actions_all[a : a + n]))
+        for g in groups:
+            obs[g].append(labels.observations[g][:n])
+            final[g].append(labels.observations[g][n:])
+        done = labels.terminated
+        if bool(done.any()):  # a termination ends the episode there; the rest of the log is dropped
+            stop = int(done.nonzero()[0]) + 1
+            for g in groups:
+                obs[g][-1] = obs[g][-1][:stop]
+                final[g][-1] = labels.observations[g][stop : stop + 1]
+            n_kept = stop
+        else:
+            n_kept = n
+        rewards.append(labels.rewards[:n_kept])
+        terms.append(labels.reward_terms[:n_kept])
+        term = torch.zeros(n_kept, dtype=torch.bool)
+        tout = torch.zeros(n_kept, dtype=torch.bool)
+        if n_kept < n or bool(done[n_kept - 1]):
+            term[-1] = True
+        else:
+            tout[-1] = True
+        terminated.append(term)
+        timeouts.append(tout)
+        acts.append(torch.from_numpy(actions_all[a : a + n_kept]))
+        s += n + 1
+        a += n
+    actions = torch.cat(acts)
+    reward_weights = {k: float(t.weight) for k, t in labeller.env.reward_manager.terms.items()}
+    metadata = DatasetMetadata(
+        task_id=cfg.task,
+        collection="rosbag",
+        source="rosbag",
+        extra={
+            "labelling": {
+                "by": "the task's own terms on the logged states (robolearn.envs.relabel)",
+                "reward_terms": reward_weights,
+                "termination_terms": labeller.termination_names,
+                "timeouts": "the end of each recorded episode unless a termination fired",
+                "rate_hz": rate,
+                "state_resampling": "linear interpolation of joint states at control ticks",
+                "command_resampling": "zero-order hold: the latest command received by the end of each step",
+            },
+            "bag": {"file": bag.name, "sha256": _sha256(bag)},
+            "mapping": asdict(cfg),
+        },
+    )
+    dataset = Dataset(
+        {g: torch.cat(v) for g, v in obs.items()},
+        actions,
+        torch.cat(rewards).float(),
+        torch.cat(terminated),
+        torch.cat(timeouts),
+        final_observations={g: torch.cat(v) for g, v in final.items()},
+        infos={"reward_terms": torch.cat(terms).float()},
+        metadata=metadata,
+    )
+    if out is not None:
+        dataset.save(out)
+    return dataset
+
+
+def import_bag_command(argv: list[str]) -> int:
+    """``robolearn data import-bag bag=... mapping=... [out=...]``; print what was written."""
+    args: dict[str, str] = {}
+    for item in argv:
+        if "=" not in item:
+            raise ConfigError(f"{item!r}: expected key=value (bag=<file> mapping=<yaml> [out=<file.h5>])")
+        key, value = item.split("=", 1)
+        if key not in ("bag", "mapping", "out"):
+            raise ConfigError(f"{key}: not a setting of data import-bag (bag, mapping, out)")
+        args[key] = value
+    for key in ("bag", "mapping"):
+        if key not in args:
+            raise ConfigError(f"{key}: missing (robolearn data import-bag bag=<file> mapping=<yaml> [out=<file.h5>])")
+    bag = Path(args["bag"])
+    out = Path(args.get("out") or bag.with_suffix(".h5"))
+    if out.exists():
+        raise ConfigError(f"out: {out} exists; the import never overwrites a dataset (give out=<new file>)")
+    try:
+        data = import_bag(bag, args["mapping"], out)
+    except BagError as exc:
+        raise ConfigError(str(exc)) from None
+    lengths = data.episode_lengths.tolist()
+    print(f"robolearn data import-bag: {len(data)} transitions in {len(lengths)} episode(s), "
+          f"mean reward {float(data.rewards.mean()):.4f}, written to {out}")
+    return 0

@@ -1,0 +1,242 @@
+"""Robot logs in: ROS 1 ``.bag`` and ROS 2 ``.db3``/``.mcap`` recordings as aligned arrays.
+
+Reading goes through the ``rosbags`` library (pure Python; no ROS installation needed), which
+opens all three formats with one reader. Two streams matter for a control log:
+
+* **joint states** (``sensor_msgs/JointState``): positions and velocities by joint name, picked in
+  the order the caller asks for (any order and extra joints in the message are fine);
+* **commands** (``std_msgs/Float64MultiArray``, or ``trajectory_msgs/JointTrajectory`` whose first
+  point's ``positions``/``velocities``/``effort`` are the command, by ``joint_names``).
+
+Times are the message header's stamp where the message has one (JointState, JointTrajectory),
+else the time the recorder received it. :func:`align` resamples both onto control ticks at a given
+rate: the joint state **interpolated linearly** between the two messages around each tick (a
+state is a continuous signal; taking the latest sample instead would lag it by up to one sample
+period), and for the step from one tick to the next the command **held** at its end: the latest
+command received by then (a command is a step signal the robot applies until the next one arrives;
+the one computed from a state reaches the robot after that state was measured, so it drives the
+step that follows it). Ticks before the first command are dropped. A gap in the joint states longer
+than ``episode_gap_s`` ends an episode; no tick is made inside it.
+
+Malformed messages are refused with the topic, the message's index and time, the field and what
+was expected (wrong joint names, arrays that disagree with the names, NaN/inf, a command of the
+wrong width), before anything is written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+JOINT_STATE = "sensor_msgs/msg/JointState"
+FLOAT_ARRAY = "std_msgs/msg/Float64MultiArray"
+TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
+COMMAND_TYPES = (FLOAT_ARRAY, TRAJECTORY)
+"""Message types a command topic may have."""
+
+
+class BagError(ValueError):
+    """A recording that cannot be read or used (topic, message and field named)."""
+
+
+@dataclass
+class JointStates:
+    """Joint states of one topic: ``stamps [M]``, ``position [M, J]``, ``velocity [M, J]``."""
+
+    stamps: np.ndarray
+    position: np.ndarray
+    velocity: np.ndarray
+
+
+@dataclass
+class Commands:
+    """Commands of one topic: ``stamps [K]``, ``values [K, A]``."""
+
+    stamps: np.ndarray
+    values: np.ndarray
+
+
+def _stamp(msg: object, fallback_ns: int) -> float:
+    """The header stamp in seconds, or the receive time when the message has none (or it is zero)."""
+    header = getattr(msg, "header", None)
+    if header is not None:
+        st = header.stamp
+        t = float(st.sec) + 1e-9 * float(st.nanosec)
+        if t > 0:
+            return t
+    return fallback_ns * 1e-9
+
+
+def read_bag(
+    path: str | os.PathLike[str],
+    joint_topic: str,
+    joints: Sequence[str],
+    command_topic: str,
+    command_joints: Sequence[str],
+    trajectory_field: str = "positions",
+) -> tuple[JointStates, Commands]:
+    """Read the joint states of ``joints`` and the commands of ``command_joints`` from a bag."""
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import Stores, get_typestore
+
+    path = Path(path)
+    if not path.exists():
+        raise BagError(f"bag: {path} does not exist")
+    joints = list(joints)
+    command_joints = list(command_joints)
+    stamps, positions, velocities = [], [], []
+    c_stamps, c_values = [], []
+    try:
+        # Both ROS versions: a ROS 2 bag carries its message definitions; ROS 1 ones do too.
+        with AnyReader([path], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as reader:
+            topics = {c.topic: c for c in reader.connections}
+            for topic, kind in ((joint_topic, (JOINT_STATE,)), (command_topic, COMMAND_TYPES)):
+                conn = topics.get(topic)
+                if conn is None:
+                    raise BagError(f"bag {path.name}: no topic {topic!r} (it has {sorted(topics)})")
+                if conn.msgtype not in kind:
+                    raise BagError(f"bag {path.name}: topic {topic!r} has type {conn.msgtype}, expected {' or '.join(kind)}")
+            wanted = [topics[joint_topic], topics[command_topic]]
+            j_index = c_index = 0
+            for conn, t_ns, raw in reader.messages(connections=wanted):
+                msg = reader.deserialize(raw, conn.msgtype)
+                if conn.topic == joint_topic:
+                    stamp = _stamp(msg, t_ns)
+                    pos, vel = _joint_state(msg, joints, f"{joint_topic}[{j_index}] (t={stamp:.6f})")
+                    stamps.append(stamp)
+                    positions.append(pos)
+                    velocities.append(vel)
+                    j_index += 1
+                else:
+                    stamp = _stamp(msg, t_ns)
+                    where = f"{command_topic}[{c_index}] (t={stamp:.6f})"
+                    c_values.append(_command(msg, conn.msgtype, command_joints, trajectory_field, where))
+                    c_stamps.append(stamp)
+                    c_index += 1
+    except BagError:
+        raise
+    except Exception as exc:  # a truncated or foreign file: rosbags' own errors, named with the file
+        raise BagError(f"bag {path}: cannot be read ({type(exc).__name__}: {exc})") from None
+    if len(stamps) < 2:
+        raise BagError(f"bag {path.name}: {joint_topic!r} has {len(stamps)} message(s); at least 2 are needed")
+    if not c_stamps:
+        raise BagError(f"bag {path.name}: {command_topic!r} has no messages")
+    js = _sorted(JointStates(np.array(stamps), np.array(positions), np.array(velocities)))
+    cmd_order = np.argsort(np.array(c_stamps), kind="stable")
+    return js, Commands(np.array(c_stamps)[cmd_order], np.array(c_values).reshape(len(c_stamps), -1)[cmd_order])
+
+
+def _sorted(js: JointStates) -> JointStates:
+    """Joint states in time order (recorders may interleave), duplicates of a stamp dropped."""
+    order = np.argsort(js.stamps, kind="stable")
+    stamps = js.stamps[order]
+    keep = np.concatenate([[True], np.diff(stamps) > 0])
+    return JointStates(stamps[keep], js.position[order][keep], js.velocity[order][keep])
+
+
+def _joint_state(msg: object, joints: list[str], where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and velocities of ``joints`` from one JointState, checked."""
+    names = list(msg.name)  # type: ignore[attr-defined]
+    pos = np.asarray(msg.position, dtype=np.float64)  # type: ignore[attr-defined]
+    vel = np.asarray(msg.velocity, dtype=np.float64)  # type: ignore[attr-defined]
+    if len(pos) != len(names):
+        raise BagError(f"{where}: position has {len(pos)} values for {len(names)} names {names}")
+    if len(vel) != len(names):
+        raise BagError(f"{where}: velocity has {len(vel)} values for {len(names)} names {names} (velocities are needed)")
+    missing = [j for j in joints if j not in names]
+    if missing:
+        raise BagError(f"{where}: name lacks joints {missing} (the mapping's joints; the message has {names})")
+    cols = [names.index(j) for j in joints]
+    p, v = pos[cols], vel[cols]
+    for field, values in (("position", p), ("velocity", v)):
+        if not np.isfinite(values).all():
+            bad = [joints[i] for i in np.flatnonzero(~np.isfinite(values))]
+            raise BagError(f"{where}: {field} of {bad} is not finite ({values.tolist()})")
+    return p, v
+
+
+def _command(msg: object, msgtype: str, joints: list[str], trajectory_field: str, where: str) -> np.ndarray:
+    """One command vector in ``joints`` order, checked."""
+    if msgtype == FLOAT_ARRAY:
+        values = np.asarray(msg.data, dtype=np.float64)  # type: ignore[attr-defined]
+    else:
+        names = list(msg.joint_names)  # type: ignore[attr-defined]
+        points = list(msg.points)  # type: ignore[attr-defined]
+        if not points:
+            raise BagError(f"{where}: points is empty (a command needs one point)")
+        data = np.asarray(getattr(points[0], trajectory_field), dtype=np.float64)
+        missing = [j for j in joints if j not in names]
+        if missing:
+            raise BagError(f"{where}: joint_names lacks {missing} (the mapping's command joints; it has {names})")
+        if len(data) != len(names):
+            raise BagError(f"{where}: points[0].{trajectory_field} has {len(data)} values for {len(names)} joint_names")
+        values = data[[names.index(j) for j in joints]]
+    if values.shape != (len(joints),):
+        raise BagError(f"{where}: data has {values.size} values, expected {len(joints)} (one per command joint {joints})")
+    if not np.isfinite(values).all():
+        raise BagError(f"{where}: data is not finite ({values.tolist()})")
+    return values
+
+
+@dataclass
+class AlignedLog:
+    """A log on control ticks: ``T`` transitions in episodes.
+
+    ``position``/``velocity`` ``[T + E, J]`` hold each episode's ``n + 1`` states (the state after an
+    episode's last command included); ``commands [T, A]``; ``episode_lengths [E]``; ``ticks [T + E]``.
+    """
+
+    position: np.ndarray
+    velocity: np.ndarray
+    commands: np.ndarray
+    episode_lengths: np.ndarray
+    ticks: np.ndarray
+
+
+def align(js: JointStates, cmds: Commands, rate_hz: float, episode_gap_s: float | None = None,
+          max_steps: int | None = None) -> AlignedLog:
+    """Resample onto ticks ``1 / rate_hz`` apart from the first joint state (module doc)."""
+    if not rate_hz > 0:
+        raise BagError(f"rate_hz: expected a positive rate, got {rate_hz!r}")
+    period = 1.0 / rate_hz
+    gap = episode_gap_s if episode_gap_s is not None else max(5 * period, 0.25)
+    t = js.stamps
+    breaks = np.flatnonzero(np.diff(t) > gap)
+    segments = np.split(np.arange(len(t)), breaks + 1)
+    pos_out, vel_out, cmd_out, lengths, tick_out = [], [], [], [], []
+    total = 0
+    for seg in segments:
+        start, end = t[seg[0]], t[seg[-1]]
+        ticks = start + period * np.arange(int(math.floor((end - start) / period + 1e-9)) + 1)
+        held_all = np.searchsorted(cmds.stamps, ticks[1:], side="right") - 1
+        first = int(np.argmax(held_all >= 0)) if (held_all >= 0).any() else len(ticks)
+        ticks = ticks[first:]  # a step needs a command: drop the ticks before the first one
+        n_ticks = len(ticks)
+        if n_ticks < 2:
+            continue
+        if max_steps is not None:
+            n_ticks = min(n_ticks, max_steps - total + 1)
+            if n_ticks < 2:
+                break
+            ticks = ticks[:n_ticks]
+        ts = t[seg]
+        pos = np.stack([np.interp(ticks, ts, js.position[seg, j]) for j in range(js.position.shape[1])], axis=1)
+        vel = np.stack([np.interp(ticks, ts, js.velocity[seg, j]) for j in range(js.velocity.shape[1])], axis=1)
+        held = np.searchsorted(cmds.stamps, ticks[1:], side="right") - 1
+        pos_out.append(pos)
+        vel_out.append(vel)
+        cmd_out.append(cmds.values[held])
+        lengths.append(n_ticks - 1)
+        tick_out.append(ticks)
+        total += n_ticks - 1
+        if max_steps is not None and total >= max_steps:
+            break
+    if not lengths:
+        raise BagError(f"the joint states give no episode of 2 or more ticks at {rate_hz:g} Hz (after the first command)")
+    return AlignedLog(np.concatenate(pos_out), np.concatenate(vel_out), np.concatenate(cmd_out),
+                      np.array(lengths, dtype=np.int64), np.concatenate(tick_out))
