@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+SAFETY = {"ramp_s": 0.0, "exit_s": 0.1, "stale_timeout_s": 0.05}
+"""The policy node's safety settings: no staged start (the LQR starts at once), a short exit."""
 sys.path.insert(0, str(REPO))  # tests.deploy_support: the LQR controller the deploy tests use
 
 
@@ -63,7 +65,8 @@ def export_lqr(task: str, timestep: float, out: Path) -> Path:
 
 def percentiles(x: np.ndarray, scale: float = 1e3) -> dict[str, float]:
     """p50/p99/max of ``x`` times ``scale`` (milliseconds by default), rounded."""
-    return {"p50": round(float(np.percentile(x, 50)) * scale, 4), "p99": round(float(np.percentile(x, 99)) * scale, 4),
+    return {"p50": round(float(np.percentile(x, 50)) * scale, 4),
+            "p99": round(float(np.percentile(x, 99)) * scale, 4),
             "max": round(float(np.max(x)) * scale, 4)}
 
 
@@ -92,9 +95,10 @@ def run_rate(rate: float, duration: float, task: str, work: Path, env: dict[str,
                              stdout=logs["robot"], stderr=subprocess.STDOUT, env=env, start_new_session=True)
     policy = None
     try:
-        policy = subprocess.Popen(py + ["robolearn.sim2real.ros.ros1_policy_node", "--policy", str(policy_dir), *ns,
+        policy = subprocess.Popen(py + ["robolearn.sim2real.ros.ros1_policy_node", "--policy", str(policy_dir),
+                                        *ns,
                                         "--robot", "from-params", "--duration", str(duration),
-                                        "--safety", json.dumps({"ramp_s": 0.0, "exit_s": 0.1, "stale_timeout_s": 0.05}),
+                                        "--safety", json.dumps(SAFETY),
                                         "--telemetry", str(work / f"telemetry_{rate:g}.h5"),
                                         "--summary", str(work / f"summary_{rate:g}.json")],
                                   stdout=logs["policy"], stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -111,7 +115,8 @@ def run_rate(rate: float, duration: float, task: str, work: Path, env: dict[str,
         for fh in logs.values():
             fh.close()
     if policy.returncode != 0:
-        raise RuntimeError(f"policy node failed ({policy.returncode}):\n{(work / f'policy_{rate:g}.log').read_text()}")
+        text = (work / f"policy_{rate:g}.log").read_text()
+        raise RuntimeError(f"policy node failed ({policy.returncode}):\n{text}")
     summary = json.loads((work / f"summary_{rate:g}.json").read_text())
     data = Dataset.load(work / f"telemetry_{rate:g}.h5")
     infos = {k: v.cpu().numpy() for k, v in data.infos.items()}
@@ -129,8 +134,7 @@ def run_rate(rate: float, duration: float, task: str, work: Path, env: dict[str,
         "rate_hz": round(summary["rate_hz"], 3),
         "ticks": int(summary["ticks"]),
         "missed": int(summary["missed"]),
-        "jitter_ms": {"p50": round(summary["jitter_p50_s"] * 1e3, 4), "p99": round(summary["jitter_p99_s"] * 1e3, 4),
-                      "max": round(summary["jitter_max_s"] * 1e3, 4)},
+        "jitter_ms": {k: round(summary[f"jitter_{k}_s"] * 1e3, 4) for k in ("p50", "p99", "max")},
         "step_cost_ms": {"p50": round(summary["step_cost_p50_s"] * 1e3, 4),
                          "p99": round(summary["step_cost_p99_s"] * 1e3, 4)},
         "robot_receipt_rate_hz": round(float((len(receipts) - 1) / (receipts[-1] - receipts[0])), 3),

@@ -364,12 +364,20 @@ class BalanceRun:
     bag: Path
     bag_counts: dict[str, int]
     killed_at: list[float] = field(default_factory=list)
+    _command_pub: rospy.Publisher | None = None
 
     def kill_policy(self) -> float:
         """SIGKILL the policy node once; the time of the kill."""
         if not self.killed_at:
             self.killed_at.append(self.policy.kill())
         return self.killed_at[0]
+
+    def command_publisher(self) -> rospy.Publisher:
+        """This process's publisher on the robot's command topic, made once (a publisher made again
+        on a topic this node just left may wait for the robot node's reconnection back-off)."""
+        if self._command_pub is None:
+            self._command_pub = connected_publisher(self.topics.name(self.topics.command), JointTrajectory)
+        return self._command_pub
 
 
 @pytest.fixture(scope="module")
@@ -544,6 +552,65 @@ def test_the_run_was_recorded_into_a_bag(balance: BalanceRun) -> None:
     assert list(first_state.name) == list(balance.features.joints)
 
 
+def published_rewards(bag: Path, topics: Topics) -> tuple[np.ndarray, np.ndarray]:
+    """Each recorded joint state's header stamp and the reward the robot published with it (the
+    robot node publishes both after each step; they are paired by their receipt times in the bag,
+    which are well under a period apart; a state without a reward within 3 ms is left out).
+    """
+    states, rewards = [], []
+    with rosbag.Bag(str(bag)) as reader:
+        for topic, msg, t in reader.read_messages(topics=[topics.name(topics.joint_states), topics.name(topics.reward)]):
+            if topic.endswith(topics.joint_states):
+                states.append((t.to_sec(), msg.header.stamp.to_sec()))
+            else:
+                rewards.append((t.to_sec(), msg.data))
+    r_at = np.array([r[0] for r in rewards])
+    stamps, values = [], []
+    for received, stamp in states:
+        k = int(np.argmin(np.abs(r_at - received)))
+        if abs(r_at[k] - received) < 0.003:
+            stamps.append(stamp)
+            values.append(rewards[k][1])
+    return np.array(stamps), np.array(values)
+
+
+def labelled_vs_published(bag: Path, topics: Topics) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The bag imported by ``robolearn data import-bag`` (labelled by the task's reward terms on the
+    logged states) and, for the same steps, the rewards the robot published; and a mask of the steps
+    whose end (a control tick) lies within 1 ms of its joint state's stamp. (The simulated robot
+    stamps a state when it is published: a tick that ran late on a loaded machine stamps its state
+    off the grid, and the import's interpolation between stamps then mixes two steps.)
+    """
+    from robolearn.cli.bag_import import import_bag
+    from robolearn.data.rosbag_io import align, read_bag
+
+    mapping = {"task": "Cartpole-Balance",
+               "joint_states": {"topic": topics.name(topics.joint_states)},
+               "commands": {"topic": topics.name(topics.command), "trajectory_field": "effort"}}
+    data = import_bag(bag, mapping)
+    # The ticks import_bag labelled: the same resampling, called here to know when each step ended.
+    ticks = align(*read_bag(bag, mapping["joint_states"]["topic"], ["slider", "hinge"], mapping["commands"]["topic"],
+                            ["slider"], "effort"), 100.0).ticks
+    assert data.episode_lengths.tolist() == [len(ticks) - 1]
+    stamps, published = published_rewards(bag, topics)
+    nearest = np.array([int(np.argmin(np.abs(stamps - t))) for t in ticks[1:]])
+    on_grid = np.abs(stamps[nearest] - ticks[1:]) <= 1e-3
+    return data.rewards.numpy().astype(np.float64), published[nearest], on_grid
+
+
+def test_the_recorded_bag_imports_with_the_published_rewards(balance: BalanceRun) -> None:
+    """The balancing run's bag through ``import_bag``: the rewards labelled on the logged states are
+    the robot's own, step by step (on the tick grid: :func:`labelled_vs_published`), within 2e-3 (they
+    are all near 1 here: the excitation test has a log whose rewards move)."""
+    labelled, published, on_grid = labelled_vs_published(balance.bag, balance.topics)
+    diff = np.abs(labelled - published)[on_grid]
+    print(f"\nimport of the balancing bag: {labelled.size} steps ({on_grid.sum()} on the grid), labelled mean "
+          f"{labelled.mean():.5f}, published mean {published.mean():.5f}; |difference| p50 {np.median(diff):.2e} "
+          f"max {diff.max():.2e}")
+    assert labelled.size >= 0.8 * BAG_S * 100 and on_grid.mean() >= 0.8
+    assert diff.max() <= 2e-3
+
+
 def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(balance: BalanceRun) -> None:
     """SIGKILL on the policy node: the robot node's watchdog holds, measured on its own clock."""
     before = balance.probe.last("robot")["hold_events"]
@@ -562,7 +629,7 @@ def test_robot_node_rejects_malformed_commands_and_keeps_holding(balance: Balanc
     robot holds throughout (no good command)."""
     killed = balance.kill_policy()
     wait_for(lambda: (balance.probe.last("robot") or {}).get("holding"), 5.0, "the robot's hold")
-    pub = connected_publisher(balance.topics.name(balance.topics.command), JointTrajectory)
+    pub = balance.command_publisher()
     joints = list(balance.features.command_joints)
     cases = {"names": (["elbow"], [0.1], "command.joint_names: ['elbow']"),
              "length": (joints, [0.1, 0.2], "command.points[0].effort: 2 values for 1 joint_names"),
@@ -577,7 +644,6 @@ def test_robot_node_rejects_malformed_commands_and_keeps_holding(balance: Balanc
         status = wait_for(lambda b=before: next((s for _, s in balance.probe.get("robot", since=start)
                                                  if s["rejected"] >= b + 10), None), 5.0, f"10 rejections ({what})")
         assert error in status["rejected_last"], (what, status["rejected_last"])
-    pub.unregister()
     statuses = [s for _, s in balance.probe.get("robot", since=start)]
     assert all(s["holding"] for s in statuses)
     log = balance.robot.text()
@@ -586,11 +652,53 @@ def test_robot_node_rejects_malformed_commands_and_keeps_holding(balance: Balanc
     assert killed <= start
 
 
+def test_an_excitation_log_imports_with_the_published_rewards(balance: BalanceRun) -> None:
+    """With the policy gone, the test drives the robot node open loop (a square wave of +-0.6, 0.4 s
+    per half period) while recording; the pole swings, the reward moves between 0 and 1, and the
+    labelled rewards follow the published ones within 5e-3 at every step on the tick grid. (The control term of the
+    reward is even in the command, so the sign switches do not test the command alignment; the
+    states, interpolated at the ticks, are what is compared.)"""
+    balance.kill_policy()
+    assert not balance.probe.last("robot")["estop"], "the robot's e-stop latched before this test"
+    topics = balance.topics
+    pub = balance.command_publisher()
+    joints = list(balance.features.command_joints)
+    stop = threading.Event()
+
+    def excite() -> None:
+        k, start = 0, time.monotonic()
+        while not stop.is_set():
+            value = 0.6 if int((time.monotonic() - start) / 0.4) % 2 == 0 else -0.6
+            pub.publish(JointTrajectory(joint_names=joints, points=[JointTrajectoryPoint(effort=[value])]))
+            k += 1
+            stop.wait(max(0.0, start + k * 0.01 - time.monotonic()))
+
+    thread = threading.Thread(target=excite, daemon=True)
+    thread.start()
+    bag = balance.ros.root / "excitation_a.bag"
+    try:
+        time.sleep(0.2)
+        record_bag(bag, {topics.name(topics.joint_states): JointState, topics.name(topics.command): JointTrajectory,
+                         topics.name(topics.reward): Float64}, 3.0)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    labelled, published, on_grid = labelled_vs_published(bag, topics)
+    every = np.abs(labelled - published)
+    diff = every[on_grid]
+    print(f"\nimport of the excitation bag: {labelled.size} steps ({on_grid.sum()} on the grid), published reward "
+          f"range [{published.min():.3f}, {published.max():.3f}]; |difference| p50 {np.median(diff):.2e} p95 "
+          f"{np.percentile(diff, 95):.2e} max {diff.max():.2e} (off-grid steps included: max {every.max():.2e})")
+    assert labelled.size >= 0.8 * 3.0 * 100 and on_grid.mean() >= 0.8
+    assert published.max() - published.min() > 0.2  # rewards that move
+    assert diff.max() <= 5e-3
+
+
 def test_robot_node_estop_latches(balance: BalanceRun) -> None:
     """Good commands take the robot out of its hold; after ``estop`` true it holds for good."""
     balance.kill_policy()
     topics = balance.topics
-    pub = connected_publisher(topics.name(topics.command), JointTrajectory)
+    pub = balance.command_publisher()
     joints = list(balance.features.command_joints)
     stop = threading.Event()
 
@@ -617,7 +725,6 @@ def test_robot_node_estop_latches(balance: BalanceRun) -> None:
     finally:
         stop.set()
         thread.join(timeout=5)
-        pub.unregister()
 
 
 # -- run B: the robot disappears; malformed readings; the e-stop ---------------------------------

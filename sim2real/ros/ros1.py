@@ -97,7 +97,8 @@ def command_class(command_type: str) -> type:
     raise ValueError(f"command_type: expected float64_multi_array or joint_trajectory, got {command_type!r}")
 
 
-def command_message(features: RobotFeatures, command_type: str, command: np.ndarray) -> Float64MultiArray | JointTrajectory:
+def command_message(features: RobotFeatures, command_type: str,
+                    command: np.ndarray) -> Float64MultiArray | JointTrajectory:
     """``command`` (``[len(command_joints)]``, physical units) as a message of ``command_type``.
 
     A trajectory holds one point reached one control period from now (``header.stamp`` zero: start
@@ -121,7 +122,8 @@ def command_message(features: RobotFeatures, command_type: str, command: np.ndar
     return msg
 
 
-def parse_command(features: RobotFeatures, msg: Float64MultiArray | JointTrajectory, topic: str = "command") -> np.ndarray:
+def parse_command(features: RobotFeatures, msg: Float64MultiArray | JointTrajectory,
+                  topic: str = "command") -> np.ndarray:
     """The command vector in ``msg`` in the robot's joint order, or :class:`MalformedMessage` naming
     the field (``command.data``, ``command.points[0].effort``, ``command.joint_names``).
     """
@@ -199,7 +201,8 @@ class Ros1Robot(Robot):
         self.features = features
         self.topics = topics or Topics()
         self.queue_size = int(queue_size)
-        self.rejected = ThrottledLog(log, f"robot {features.name!r}: malformed {self.topics.joint_states}", log_every_s)
+        self.rejected = ThrottledLog(log, f"robot {features.name!r}: malformed {self.topics.joint_states}",
+                                     log_every_s)
         """Malformed joint states (``count``, ``last_error``)."""
         self.received = 0
         """Good joint states received."""
@@ -266,7 +269,8 @@ class Ros1Robot(Robot):
             reading, twist = self._reading, self._twist
         if reading is not None and self._twist_key in self.features.extras:
             extras = dict(reading.extras)
-            extras[self._twist_key] = twist if twist is not None else np.zeros(self.features.extras[self._twist_key])
+            width = self.features.extras[self._twist_key]
+            extras[self._twist_key] = twist if twist is not None else np.zeros(width)
             reading = Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
                               reading.received)
         return reading
@@ -281,7 +285,8 @@ class Ros1Robot(Robot):
         cmd = np.asarray(command, dtype=np.float64).reshape(-1)
         n = len(self.features.command_joints)
         if cmd.shape != (n,):
-            raise RobotError(f"robot {self.features.name!r}: expected a command of {n} values, got shape {list(cmd.shape)}")
+            raise RobotError(f"robot {self.features.name!r}: expected a command of {n} values, "
+                             f"got shape {list(cmd.shape)}")
         pub.publish(command_message(self.features, self.topics.command_type, cmd))
         return cmd
 

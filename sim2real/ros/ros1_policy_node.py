@@ -112,7 +112,8 @@ def features_from_params(rospy: Any, name: str, wait_s: float) -> RobotFeatures:
 def main(argv: list[str] | None = None) -> int:
     """Run the node (module doc); return the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="[%(name)s][%(levelname)s] %(asctime)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="[%(name)s][%(levelname)s] %(asctime)s: %(message)s")
     params: dict[str, Any] = {}
     if args.params:
         params = read_parameters(args.params, NODE)
@@ -149,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ros1.init_node(NODE)
     ros1.log_to_stderr()
     if args.robot == "from-params":
-        features = features_from_params(rospy, args.features_param or f"{topics.namespace.rstrip('/')}/robot/features",
-                                        args.wait)
+        name = args.features_param or f"{topics.namespace.rstrip('/')}/robot/features"
+        features = features_from_params(rospy, name, args.wait)
     elif args.robot:
         features = load_features(args.robot)
     elif params.get("robot"):
@@ -214,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     log.info("%s: %s on robot %r at %g Hz (joint states %s, commands %s as %s)", NODE, policy_dir, features.name,
              runtime.rate_hz, topics.name(topics.joint_states), topics.name(topics.command), topics.command_type)
     if not robot.wait_ready(args.wait, stopping) and not stopping.is_set():
-        log.warning("%s: no reading or no command subscriber after %g s; starting anyway (idle until readings come)",
-                    NODE, args.wait)
+        log.warning("%s: no reading or no command subscriber after %g s; starting anyway "
+                    "(idle until readings come)", NODE, args.wait)
     try:
         if stopping.is_set():
             stats = runtime.stats

@@ -95,8 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="A simulated robot (one MuJoCo world of a task) as a ROS 1 node.")
     p.add_argument("--task", required=True, help="registered task id, e.g. Cartpole-Balance")
     p.add_argument("--namespace", default="/robolearn", help="topic namespace (default /robolearn)")
-    p.add_argument("--command-type", default="float64_multi_array", choices=["float64_multi_array", "joint_trajectory"])
-    p.add_argument("--command-timeout", type=float, default=0.1, help="seconds without a good command before holding")
+    p.add_argument("--command-type", default="float64_multi_array",
+                   choices=["float64_multi_array", "joint_trajectory"])
+    p.add_argument("--command-timeout", type=float, default=0.1,
+                   help="seconds without a good command before holding")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hold-kd", type=float, default=1.0, help="damping gain of the torque hold")
     p.add_argument("--features-out", default=None, help="write the robot's features (JSON) here")
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.features_out:
         ros1.write_text_atomic(args.features_out, json.dumps(features.to_dict(), indent=2))
     log.info("%s: %s (%g Hz, %s commands on %s as %s); features in %s", NODE, args.task, features.rate_hz,
-             features.command_kind, topics.name(topics.command), topics.command_type, rospy.resolve_name("~features"))
+             features.command_kind, topics.name(topics.command), topics.command_type,
+             rospy.resolve_name("~features"))
 
     state_pub = rospy.Publisher(topics.name(topics.joint_states), ros1.JointState, queue_size=10, tcp_nodelay=True)
     reward_pub = rospy.Publisher(topics.name(topics.reward), Float64, queue_size=10)
@@ -184,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         while subs[0].get_num_connections() == 0 and time.monotonic() < deadline and not stop.is_set():
             stop.wait(0.01)
         if subs[0].get_num_connections() == 0:
-            log.warning("%s: no command publisher after %g s; starting the world anyway", args.task, args.wait_for_policy)
+            log.warning("%s: no command publisher after %g s; starting the world anyway", args.task,
+                        args.wait_for_policy)
     robot.connect()
     t0 = time.monotonic()
     try:
