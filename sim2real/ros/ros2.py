@@ -1,0 +1,242 @@
+"""The ROS 2 bridge: a robot behind ``rclpy`` topics, and the message pieces its nodes share.
+
+The ROS 2 twin of :mod:`robolearn.sim2real.ros.ros1`, on the same topics
+(:class:`~robolearn.sim2real.ros.common.Topics`): ``sensor_msgs/JointState`` in,
+``std_msgs/Float64MultiArray`` or ``trajectory_msgs/JointTrajectory`` out, an optional
+``geometry_msgs/Twist``. :class:`Ros2Robot` keeps the newest good reading, stamped with its
+header time and ``time.monotonic()`` on arrival; a malformed message is counted, logged (throttled)
+and dropped, so the last good reading goes stale and the safety layer holds the robot.
+
+A node here is an ``rclpy`` node spun by a :class:`Spinner` (an executor in a background thread),
+so callbacks arrive while the deploy loop runs in the main thread. The robot's description travels
+on the ``robot_features`` topic (``std_msgs/String``, JSON, *transient local*: a late subscriber
+still gets it), ROS 2's way of publishing a robot description.
+
+rclpy comes from the ROS 2 venv (``.venv-ros2``, ``scripts/setup.sh``) and, on a shared machine,
+runs only inside ``unshare -n`` (loopback only): the tests and benchmarks do exactly that.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import rclpy
+from builtin_interfaces.msg import Duration
+from geometry_msgs.msg import Twist
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
+from robolearn.sim2real.ros.common import MalformedMessage, Topics, command_vector, joint_state_reading
+from robolearn.sim2real.ros.node_common import ThrottledLog
+
+log = logging.getLogger(__name__)
+
+TRAJECTORY_FIELD = {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}
+"""The ``JointTrajectoryPoint`` field that carries each command kind."""
+CONTROL_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+"""Joint states and commands: reliable, a short queue (the newest matters)."""
+LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+"""The robot's description: kept for subscribers that join later."""
+
+
+class Spinner:
+    """An rclpy node spun by a single-threaded executor in a daemon thread."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        """Start rclpy (once per process) and the node ``name`` under ``namespace``."""
+        if not rclpy.ok():
+            rclpy.init(args=[])
+        self.node: Node = rclpy.create_node(name, namespace=namespace)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, name=f"rclpy-{name}", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self.executor.spin()
+        except Exception:  # shutdown races: the executor is closed while it waits
+            if rclpy.ok():
+                raise
+
+    def now(self) -> float:
+        """ROS time in seconds."""
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def shutdown(self) -> None:
+        """Stop spinning, destroy the node, shut rclpy down."""
+        self.executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+        self._thread.join(timeout=2.0)
+
+
+def command_class(command_type: str) -> type:
+    """The message class of a command topic of ``command_type``."""
+    if command_type == "float64_multi_array":
+        return Float64MultiArray
+    if command_type == "joint_trajectory":
+        return JointTrajectory
+    raise ValueError(f"command_type: expected float64_multi_array or joint_trajectory, got {command_type!r}")
+
+
+def command_message(features: RobotFeatures, command_type: str, command: np.ndarray) -> Float64MultiArray | JointTrajectory:
+    """``command`` (physical units) as a message of ``command_type`` (one trajectory point reached
+    one control period from now, in the field of the robot's command kind).
+    """
+    values = [float(v) for v in np.asarray(command, dtype=np.float64).reshape(-1)]
+    if command_type == "float64_multi_array":
+        msg = Float64MultiArray()
+        msg.layout.dim = [MultiArrayDimension(label="joints", size=len(values), stride=len(values))]
+        msg.data = values
+        return msg
+    msg = JointTrajectory()
+    msg.joint_names = list(features.command_joints)
+    point = JointTrajectoryPoint()
+    setattr(point, TRAJECTORY_FIELD[features.command_kind], values)
+    nanos = int(round(features.period * 1e9))
+    point.time_from_start = Duration(sec=nanos // 1_000_000_000, nanosec=nanos % 1_000_000_000)
+    msg.points = [point]
+    return msg
+
+
+def parse_command(features: RobotFeatures, msg: Float64MultiArray | JointTrajectory, topic: str = "command") -> np.ndarray:
+    """The command in ``msg`` in the robot's joint order, or :class:`MalformedMessage` naming the field."""
+    if isinstance(msg, JointTrajectory):
+        if len(msg.points) != 1:
+            raise MalformedMessage(f"{topic}.points: expected 1 point (the next command), got {len(msg.points)}")
+        field = TRAJECTORY_FIELD[features.command_kind]
+        names = list(msg.joint_names)
+        if sorted(names) != sorted(features.command_joints):
+            raise MalformedMessage(f"{topic}.joint_names: {names} are not the robot's command joints "
+                                   f"{list(features.command_joints)}")
+        return command_vector(features, list(getattr(msg.points[0], field)), names, topic=f"{topic}.points[0].{field}")
+    return command_vector(features, list(msg.data), topic=f"{topic}.data")
+
+
+def joint_state_message(features: RobotFeatures, reading: Reading, now_ns: int) -> JointState:
+    """``reading`` as a JointState of ``features.joints`` stamped ``now_ns`` (ROS time)."""
+    msg = JointState()
+    msg.header.stamp.sec = now_ns // 1_000_000_000
+    msg.header.stamp.nanosec = now_ns % 1_000_000_000
+    msg.name = list(features.joints)
+    msg.position = reading.joint_pos.tolist()
+    msg.velocity = reading.joint_vel.tolist()
+    if reading.joint_effort is not None:
+        msg.effort = reading.joint_effort.tolist()
+    return msg
+
+
+class Ros2Robot(Robot):
+    """A robot behind ROS 2 topics (module doc), on the node of a :class:`Spinner`."""
+
+    def __init__(self, features: RobotFeatures, node: Node, topics: Topics | None = None, *, log_every_s: float = 1.0) -> None:
+        """Describe the robot and its topics; ``node`` is this process's spun node."""
+        self.features = features
+        self.node = node
+        self.topics = topics or Topics()
+        self.rejected = ThrottledLog(log, f"robot {features.name!r}: malformed {self.topics.joint_states}", log_every_s)
+        """Malformed joint states (``count``, ``last_error``)."""
+        self.received = 0
+        """Good joint states received."""
+        self._reading: Reading | None = None
+        self._twist: np.ndarray | None = None
+        self._twist_key = f"command/{self.topics.cmd_vel_name}"
+        self._lock = threading.Lock()
+        self._subs: list = []
+        self._pub = None
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether the topics are open."""
+        return self._pub is not None
+
+    def connect(self) -> None:
+        """Subscribe to the joint states (and Twist), create the command publisher; idempotent."""
+        if self._pub is not None:
+            return
+        t = self.topics
+        self._subs.append(self.node.create_subscription(JointState, t.name(t.joint_states), self._on_joint_state, CONTROL_QOS))
+        if t.cmd_vel:
+            self._subs.append(self.node.create_subscription(Twist, t.name(t.cmd_vel), self._on_twist, CONTROL_QOS))
+        self._pub = self.node.create_publisher(command_class(t.command_type), t.name(t.command), CONTROL_QOS)
+        log.info("robot %r: reading %s, commanding %s (%s)", self.features.name, t.name(t.joint_states),
+                 t.name(t.command), t.command_type)
+
+    def disconnect(self) -> None:
+        """Close the topics; idempotent."""
+        for sub in self._subs:
+            self.node.destroy_subscription(sub)
+        self._subs = []
+        if self._pub is not None:
+            self.node.destroy_publisher(self._pub)
+            self._pub = None
+
+    def wait_ready(self, timeout_s: float, cancel: threading.Event | None = None) -> bool:
+        """Wait up to ``timeout_s`` for a first reading and a command subscriber; return whether both came."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._reading is not None and self._pub is not None and self._pub.get_subscription_count() > 0:
+                return True
+            if cancel is not None and cancel.wait(0.01):
+                return False
+            if cancel is None:
+                time.sleep(0.01)
+        return False
+
+    def read(self) -> Reading | None:
+        """The newest good reading (``None`` before the first), with the newest Twist as an extra."""
+        if self._pub is None:
+            raise RobotError(f"robot {self.features.name!r}: read() before connect()")
+        with self._lock:
+            reading, twist = self._reading, self._twist
+        if reading is not None and self._twist_key in self.features.extras:
+            extras = dict(reading.extras)
+            extras[self._twist_key] = twist if twist is not None else np.zeros(self.features.extras[self._twist_key])
+            reading = Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
+                              reading.received)
+        return reading
+
+    def send(self, command: np.ndarray) -> np.ndarray:
+        """Publish ``command``; return it."""
+        pub = self._pub
+        if pub is None:
+            raise RobotError(f"robot {self.features.name!r}: send() before connect()")
+        cmd = np.asarray(command, dtype=np.float64).reshape(-1)
+        n = len(self.features.command_joints)
+        if cmd.shape != (n,):
+            raise RobotError(f"robot {self.features.name!r}: expected a command of {n} values, got shape {list(cmd.shape)}")
+        pub.publish(command_message(self.features, self.topics.command_type, cmd))
+        return cmd
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        """Keep ``msg`` as the newest reading when well formed; count and log it otherwise."""
+        received = time.monotonic()
+        stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+        try:
+            reading = joint_state_reading(self.features, list(msg.name), list(msg.position), list(msg.velocity),
+                                          list(msg.effort), stamp, received, topic=self.topics.joint_states)
+        except MalformedMessage as exc:
+            self.rejected(str(exc))
+            return
+        with self._lock:
+            self._reading = reading
+            self.received += 1
+
+    def _on_twist(self, msg: Twist) -> None:
+        """Keep the newest velocity command (non-finite ones refused)."""
+        value = np.array([msg.linear.x, msg.linear.y, msg.angular.z], dtype=np.float64)
+        if not np.all(np.isfinite(value)):
+            self.rejected(f"{self.topics.cmd_vel}: non-finite velocity command {value.tolist()}")
+            return
+        with self._lock:
+            self._twist = value
