@@ -222,7 +222,8 @@ def test_parity_catches_a_reader_on_the_wrong_joint(processed_task: str) -> None
 # -- the runtime on the simulated robot ---------------------------------------------------------
 def test_runtime_balances_the_cartpole_and_records_telemetry(lqr: Path, tmp_path: Path) -> None:
     robot = SimulatedRobot("Cartpole-Balance", seed=0)
-    runtime = DeployRuntime(load_exported(lqr), robot, SafetyConfig(ramp_s=0.0, exit_s=0.0, stale_timeout_s=math.inf))
+    runtime = DeployRuntime(load_exported(lqr), robot, SafetyConfig(ramp_s=0.0, exit_s=0.0, stale_timeout_s=0.02),
+                            clock=robot.clock)
     rewards, commands = [], []
     with robot:
         for _ in range(1000):
@@ -274,7 +275,7 @@ def test_runtime_holds_on_stale_readings_and_stops_sending_when_lost(lqr: Path) 
 
 def test_estop_latches_in_the_runtime(lqr: Path) -> None:
     robot = SimulatedRobot("Cartpole-Balance", seed=0)
-    runtime = DeployRuntime(load_exported(lqr), robot, SafetyConfig(ramp_s=0.0, exit_s=0.0, stale_timeout_s=math.inf))
+    runtime = DeployRuntime(load_exported(lqr), robot, SafetyConfig(ramp_s=0.0, exit_s=0.0), clock=robot.clock)
     with robot:
         for _ in range(5):
             runtime.step()

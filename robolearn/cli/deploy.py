@@ -214,7 +214,8 @@ def _deploy_sim(cfg: DeployConfig, folder: Path, safety: Any, out: Path) -> int:
     policy = load_exported(folder, cfg.format)
     task = cfg.task or policy.manifest.spec.task_id
     robot = SimulatedRobot(task, seed=cfg.seed, realtime=cfg.realtime)
-    runtime = DeployRuntime(policy, robot, safety, rate_hz=cfg.rate)
+    # Lockstep: the runtime counts simulated seconds (ramps, timeouts), as the robot does.
+    runtime = DeployRuntime(policy, robot, safety, rate_hz=cfg.rate, clock=robot.clock)
     steps = int(round(cfg.duration * runtime.rate_hz)) if cfg.duration > 0 else None
     rewards: list[float] = []
     with robot, tqdm(total=steps, unit="step", desc=f"deploy {task} ({'real time' if cfg.realtime else 'lockstep'})") as bar:

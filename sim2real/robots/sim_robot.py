@@ -169,6 +169,13 @@ class SimulatedRobot(Robot):
         )
 
     # -- Robot ---------------------------------------------------------------------------------
+    def clock(self) -> float:
+        """The robot's time in seconds: simulation time in lockstep, ``time.monotonic()`` in real
+        time. A runtime driving a lockstep robot uses it as its clock (``DeployRuntime(clock=...)``),
+        so ramps and timeouts count simulated seconds.
+        """
+        return time.monotonic() if self.realtime else self.sim_time
+
     @property
     def is_connected(self) -> bool:
         """Whether the world is running."""
@@ -259,9 +266,9 @@ class SimulatedRobot(Robot):
         for name, qa, da, nq in self._free:
             extras[f"{name}/qpos"] = qpos[qa:qa + nq].astype(np.float64, copy=True)
             extras[f"{name}/qvel"] = qvel[da:da + nq - 1].astype(np.float64, copy=True)
-        # received: when the state became available here (lockstep stamps are simulation time, and
-        # staleness is judged on the monotonic clock).
-        return Reading(stamp=stamp, joint_pos=pos, joint_vel=vel, extras=extras, received=time.monotonic())
+        # received: when the state became available, on the robot's clock (simulation time in
+        # lockstep, the monotonic clock in real time): a runtime judges staleness on that clock.
+        return Reading(stamp=stamp, joint_pos=pos, joint_vel=vel, extras=extras, received=self.clock())
 
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Put the world in state ``(qpos, qvel)`` (the model's full ``qpos``/``qvel``), as a person
