@@ -97,7 +97,7 @@ def bench(width: int, steps: int, history: int, folder: Path) -> dict[str, objec
         "runtime step (read+adapter+onnx+action+safety+send)": runtime.step,
         "observation adapter": lambda: runtime.adapter(reading, runtime.last_action),
         "onnx runtime": lambda: policy(obs),
-        "action processor": lambda: runtime.action_processor(torch.from_numpy(action).reshape(1, -1)),
+        "action processor": lambda: runtime.action_processor.apply_numpy(action),
         "safety layer": lambda: runtime.safety.filter(command, reading),
     }
     for fn in stages.values():  # warm-up

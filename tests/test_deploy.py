@@ -219,6 +219,19 @@ def test_parity_catches_a_reader_on_the_wrong_joint(processed_task: str) -> None
         assert not np.allclose(adapter(reading, np.zeros(1)), robot.env.obs["policy"].numpy(), atol=1e-6)
 
 
+def test_action_processing_on_numpy_is_the_env_processing() -> None:
+    """The runtime's NumPy path of the shared ActionProcessor gives the torch path's controls."""
+    from robolearn.spec import ActionProcessor
+
+    spec = _typed(SimulatedRobot("HalfCheetah").env.policy_spec())
+    scaled = [dataclasses.replace(a, scale=tuple(0.5 + 0.1 * i for i in range(a.dim)),
+                                  offset=tuple(0.2 * i for i in range(a.dim)), clip=(-0.8, 0.9)) for a in spec.actions]
+    proc = ActionProcessor.from_spec(scaled)
+    actions = torch.randn(64, spec.action_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 2
+    np.testing.assert_allclose(proc.apply_numpy(actions.numpy()), proc(actions).numpy(), rtol=1e-15, atol=1e-15)
+    assert not np.allclose(proc.apply_numpy(actions.numpy()), actions.numpy())  # the map is not the identity here
+
+
 # -- the runtime on the simulated robot ---------------------------------------------------------
 def test_runtime_balances_the_cartpole_and_records_telemetry(lqr: Path, tmp_path: Path) -> None:
     robot = SimulatedRobot("Cartpole-Balance", seed=0)

@@ -522,6 +522,7 @@ class ActionProcessor:
     def __init__(self, scale: torch.Tensor, offset: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> None:
         """Per-column ``[A]`` tensors (``low``/``high`` may be infinite: no clip there)."""
         self.scale, self.offset, self.low, self.high = scale, offset, low, high
+        self._numpy: tuple[Any, ...] | None = None
         self.trivial_scale = bool((scale == 1).all() and (offset == 0).all())
         self.clipped = bool(torch.isfinite(low).any() or torch.isfinite(high).any())
 
@@ -545,6 +546,23 @@ class ActionProcessor:
             a = torch.maximum(torch.minimum(a, self.high), self.low)
         if not self.trivial_scale:
             a = torch.addcmul(self.offset, a, self.scale)
+        return a
+
+    def apply_numpy(self, action: Any) -> Any:
+        """The same map on a NumPy array ``[..., A]`` (float64 out): a deploy runtime's batch-1 path,
+        where a torch call's overhead would be most of the step. Same parameters, same operations
+        (``offset + scale * clip``, in float64), so both give the same numbers.
+        """
+        import numpy as np
+
+        if self._numpy is None:
+            self._numpy = tuple(t.detach().cpu().numpy() for t in (self.scale, self.offset, self.low, self.high))
+        scale, offset, low, high = self._numpy
+        a = np.asarray(action, dtype=np.float64)
+        if self.clipped:
+            a = np.maximum(np.minimum(a, high), low)
+        if not self.trivial_scale:
+            a = offset + a * scale
         return a
 
 

@@ -26,7 +26,7 @@ and the runtime stops sending (status ``lost``) until fresh readings return. An 
 
 The deploy side imports neither MuJoCo nor the task registry (``tests/test_deploy.py`` checks
 ``sys.modules``): only :mod:`robolearn.spec`, :mod:`robolearn.export`, :mod:`robolearn.data`, NumPy,
-torch (the shared processors) and ONNX Runtime.
+torch (the shared observation processors) and ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from robolearn.sim2real.deploy.observations import ObservationAdapter
 from robolearn.sim2real.deploy.policy import ExportedPolicy
@@ -187,7 +186,7 @@ class DeployRuntime:
         """
         obs = self.adapter(reading, self.last_action)
         action = self.policy(obs).reshape(-1)
-        command = self.action_processor(torch.from_numpy(action).reshape(1, -1)).numpy().reshape(-1)
+        command = self.action_processor.apply_numpy(action)
         return obs, action, command
 
     def step(self) -> int | None:
@@ -210,7 +209,7 @@ class DeployRuntime:
         if fresh and self.safety.state != "estop":
             obs = self.adapter(reading, self.last_action)
             action = self.policy(obs).reshape(-1)
-            command = self.action_processor(torch.from_numpy(action).reshape(1, -1)).numpy().reshape(-1)
+            command = self.action_processor.apply_numpy(action)
             if math.isfinite(float(action.sum())):
                 # The last-action term is the policy's own choice, as env.action is in training.
                 self.last_action = action.astype(np.float64)
