@@ -56,6 +56,9 @@ log = logging.getLogger("robolearn.sim2real.ros.ros1_robot_node")
 
 NODE = "robot"
 """The node's name under its namespace."""
+SWITCH_INTERVAL_S = 0.0005
+"""Python's thread switch interval in the node: the stepping thread shares the interpreter with
+rospy's threads, and at the default 5 ms one of them can hold the GIL past a tick's deadline."""
 
 
 class TickingRobot(SimulatedRobot):
@@ -108,12 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-for-policy", type=float, default=0.0,
                    help="seconds to wait for a command publisher before the world starts (0: start at once)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
+    p.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_S,
+                   help="Python's thread switch interval in seconds (sys.setswitchinterval)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the node (module doc); return the exit status."""
     args = build_parser().parse_args(argv)
+    sys.setswitchinterval(args.switch_interval)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
     # rospy fixes a node's namespace when first imported: set it before the bridge imports rospy.
     os.environ["ROS_NAMESPACE"] = args.namespace
