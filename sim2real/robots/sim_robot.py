@@ -32,6 +32,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import mujoco
@@ -98,6 +99,9 @@ class SimulatedRobot(Robot):
         """The task's reward of the last control step (for checks; a real robot has none)."""
         self.sim_time = 0.0
         """Seconds of simulated time since :meth:`connect`."""
+        self.on_tick: Callable[[], None] | None = None
+        """Called after every control step (from the stepping thread in real time), so a bridge can
+        publish each state as soon as it exists; ``None``: nothing."""
         self._build_features(velocity_limit)
         self._command = np.zeros(len(self.features.command_joints))
         self._command_time = -math.inf
@@ -252,6 +256,16 @@ class SimulatedRobot(Robot):
         reading = self._measure(stamp)
         with self._lock:
             self._reading = reading
+        if self.on_tick is not None:
+            self.on_tick()
+
+    def latch_hold(self) -> None:
+        """Hold from the next tick on, as if the last command were long gone (an e-stop at the robot:
+        the watchdog's hold stays until a new command arrives, which an e-stopped bridge never
+        forwards).
+        """
+        with self._lock:
+            self._command_time = -math.inf
 
     def _measure(self, stamp: float) -> Reading:
         """The world's joint state as a :class:`Reading` (noise added when configured)."""

@@ -1,6 +1,6 @@
 """What the ROS 1 and ROS 2 nodes share beyond messages: no ROS import here either.
 
-* the simulated robot that publishes after every tick (:class:`TickingRobot`);
+* Python's thread switch interval for a node's threads (:data:`SWITCH_INTERVAL_S`);
 * bad input logged without flooding (:class:`ThrottledLog`);
 * robot descriptions from files (:func:`load_features`), task overrides from the command line
   (:func:`parse_overrides`), the policy node's settings from flags and a parameter file
@@ -20,25 +20,33 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import yaml
 
 from robolearn.sim2real.deploy.runtime import DeployRuntime
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig
-from robolearn.sim2real.robots.base import RobotFeatures
+from robolearn.sim2real.robots.base import Reading, RobotFeatures
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
-from robolearn.sim2real.ros.common import Topics, read_parameters, status_json
+from robolearn.sim2real.ros.common import MalformedMessage, Topics, read_parameters, status_json
 
 LOG_FORMAT = "[%(name)s][%(levelname)s] %(asctime)s: %(message)s"
 """Log lines as the ROS loggers write them."""
+SWITCH_INTERVAL_S = 0.0005
+"""Python's thread switch interval in a node (``sys.setswitchinterval``). The control loop shares
+the interpreter with the ROS client's receive and send threads (and a simulated robot's stepping
+thread); at Python's default 5 ms a thread holding the GIL can keep the loop waiting past its
+deadline (ROS 1 at 500 Hz on 2 loaded cores: p99 period jitter 0.6-1.2 ms at 5 ms, 0.002-0.003 ms
+at 0.5 ms; benchmarks/ros_loop.py)."""
 
 
 def log_to_stderr(fmt: str = LOG_FORMAT) -> None:
@@ -106,26 +114,6 @@ class ThrottledLog:
         self.logger.error("%s rejected: %s%s; %d rejected in all", self.what, error, more, self.count)
 
 
-class TickingRobot(SimulatedRobot):
-    """A real-time simulated robot that calls :attr:`on_tick` after every control step (from its
-    stepping thread), so a node publishes each state as soon as it exists.
-    """
-
-    on_tick: Any = None
-    """``callable()`` run after each step, or ``None``."""
-
-    def _step(self, command: np.ndarray) -> None:
-        """One control step, then the tick callback."""
-        super()._step(command)
-        if self.on_tick is not None:
-            self.on_tick()
-
-    def latch_hold(self) -> None:
-        """Make the watchdog hold from the next tick on (the last command counts as long gone)."""
-        with self._lock:
-            self._command_time = -math.inf
-
-
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``key=value`` task-config overrides (values read as YAML), naming a malformed one."""
     out: dict[str, Any] = {}
@@ -167,6 +155,8 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
     p.add_argument("--wait", type=float, default=30.0,
                    help="seconds to wait for the robot's features and its first reading")
+    p.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_S,
+                   help="Python's thread switch interval in seconds (sys.setswitchinterval)")
     return p
 
 
@@ -185,6 +175,8 @@ def add_robot_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--wait-for-policy", type=float, default=0.0,
                    help="seconds to wait for a command publisher before the world starts (0: start at once)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
+    p.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_S,
+                   help="Python's thread switch interval in seconds (sys.setswitchinterval)")
     return p
 
 
@@ -245,7 +237,7 @@ def policy_status(rt: DeployRuntime, flags: int, rejected: ThrottledLog, reading
     )
 
 
-def robot_status(robot: TickingRobot, rejected: ThrottledLog, commands: int, estop: bool) -> str:
+def robot_status(robot: SimulatedRobot, rejected: ThrottledLog, commands: int, estop: bool) -> str:
     """The ``robot_status`` JSON text of a simulated robot node."""
     events = list(robot.hold_events)
     return status_json(
@@ -289,3 +281,174 @@ def save_commands(path: str, received: list[tuple[float, float, np.ndarray]], wi
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# -- the nodes' shared bodies -------------------------------------------------------------------
+class PolicyTransport(Protocol):
+    """What a policy node needs of its ROS client beyond the robot driver."""
+
+    def publish_status(self, text: str) -> None:
+        """Publish ``policy_status``."""
+
+    def subscribe_estop(self, callback: Callable[[bool], None]) -> Callable[[], None]:
+        """Call ``callback(pressed)`` on every e-stop message; return the unsubscribe function."""
+
+
+def drive_policy(runtime: DeployRuntime, robot: Any, transport: PolicyTransport, args: argparse.Namespace,
+                 topics: Topics, policy_dir: str, logger: logging.Logger, node: str = "policy",
+                 status_period_s: float = 0.1) -> dict[str, Any]:
+    """The policy node's body, the same over ROS 1 and ROS 2: connect, wait for the robot, run the
+    loop (status every ``status_period_s``, e-stop latching, SIGINT/SIGTERM stopping it, then the
+    exit damping), save telemetry and summary; return the summary.
+    """
+    last = {"flags": 0, "published": -1.0}
+    stopping = threading.Event()
+
+    def publish(rt: DeployRuntime) -> None:
+        transport.publish_status(policy_status(rt, last["flags"], robot.rejected, robot.received))
+
+    def on_step(rt: DeployRuntime, flags: int | None) -> None:
+        """Publish the status from the loop (no thread competes with it for the GIL)."""
+        last["flags"] = int(flags or 0)
+        if stopping.is_set():  # a signal between the check before run() and run() clearing its flag
+            rt.stop()
+        now = time.monotonic()
+        if now - last["published"] >= status_period_s:
+            last["published"] = now
+            publish(rt)
+
+    def on_estop(pressed: bool) -> None:
+        if pressed:
+            runtime.estop(f"{topics.name(topics.estop)} = true")
+
+    def on_signal(signum: int, frame: Any) -> None:
+        """Stop the loop (it damps, then the telemetry is saved), or the wait before it."""
+        logger.info("%s: %s; stopping", node, signal.Signals(signum).name)
+        stopping.set()
+        runtime.stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    robot.connect()
+    unsubscribe = transport.subscribe_estop(on_estop)
+    logger.info("%s: %s on robot %r at %g Hz (joint states %s, commands %s as %s)", node, policy_dir,
+                robot.features.name, runtime.rate_hz, topics.name(topics.joint_states), topics.name(topics.command),
+                topics.command_type)
+    if not robot.wait_ready(args.wait, stopping) and not stopping.is_set():
+        logger.warning("%s: no reading or no command subscriber after %g s; starting anyway (idle until readings "
+                       "come)", node, args.wait)
+    try:
+        if stopping.is_set():
+            runtime.status = "stopped"
+        else:
+            runtime.run(duration_s=args.duration if args.duration > 0 else None, on_step=on_step)
+    finally:
+        publish(runtime)
+        unsubscribe()
+    summary = finish_policy(runtime, runtime.spec.task_id, args, robot.rejected, robot.received, logger, node)
+    robot.disconnect()
+    return summary
+
+
+class RobotTransport(Protocol):
+    """What a simulated robot node needs of its ROS client."""
+
+    def publish_tick(self, reading: Reading, reward: float) -> None:
+        """Publish the state just measured and the step's reward."""
+
+    def publish_status(self, text: str) -> None:
+        """Publish ``robot_status``."""
+
+    def command_publishers(self) -> int:
+        """Publishers connected to the command topic."""
+
+    def now(self) -> float:
+        """ROS time in seconds."""
+
+
+class RobotNode:
+    """The simulated robot node's body, the same over ROS 1 and ROS 2: the transport hands it
+    parsed commands (or the parse error) and e-stops; it applies them, publishes every tick and
+    reports its status until stopped.
+    """
+
+    def __init__(self, robot: SimulatedRobot, transport: RobotTransport, args: argparse.Namespace,
+                 topics: Topics, logger: logging.Logger) -> None:
+        """Wire ``robot`` to ``transport`` (nothing runs until :meth:`run`)."""
+        self.robot = robot
+        self.transport = transport
+        self.args = args
+        self.topics = topics
+        self.logger = logger
+        self.rejected = ThrottledLog(logger, f"robot {robot.task_id}: malformed {topics.command}")
+        self.estop = threading.Event()
+        self.stop = threading.Event()
+        self.received: list[tuple[float, float, np.ndarray]] = []
+        self.good = 0
+
+    def on_command(self, parse: Callable[[], np.ndarray]) -> None:
+        """Apply the command ``parse()`` returns unless e-stopped; reject a malformed one (its
+        :class:`~robolearn.sim2real.ros.common.MalformedMessage` names the field).
+        """
+        wall, mono = self.transport.now(), time.monotonic()
+        try:
+            cmd = parse()
+        except MalformedMessage as exc:
+            self.rejected(str(exc))
+            return
+        if self.estop.is_set():
+            return
+        self.robot.send(cmd)
+        self.good += 1
+        if self.args.command_log:
+            self.received.append((wall, mono, cmd))
+
+    def on_estop(self, pressed: bool) -> None:
+        """Latch the e-stop on ``true``: the robot holds until the node ends."""
+        if pressed and not self.estop.is_set():
+            self.estop.set()
+            self.robot.latch_hold()
+            self.logger.warning("robot %s: e-stop latched; holding until the node ends", self.robot.task_id)
+
+    def run(self, alive: Callable[[], bool] = lambda: True) -> None:
+        """Wait for a policy (``--wait-for-policy``), start the world, report status at 10 Hz until a
+        signal, ``--duration`` or ``alive()`` false; then stop and save the command log.
+        """
+        args, robot = self.args, self.robot
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stop.set())
+        robot.on_tick = lambda: self.transport.publish_tick(robot.read(), robot.last_reward)
+        if args.wait_for_policy > 0:
+            # Like a driver enabling its motors once a controller is there: a cart-pole left alone
+            # falls in a second, long before a policy process has loaded its network.
+            deadline = time.monotonic() + args.wait_for_policy
+            while self.transport.command_publishers() == 0 and time.monotonic() < deadline and not self.stop.is_set():
+                self.stop.wait(0.01)
+            if self.transport.command_publishers() == 0:
+                self.logger.warning("%s: no command publisher after %g s; starting the world anyway", robot.task_id,
+                                    args.wait_for_policy)
+        robot.connect()
+        t0 = time.monotonic()
+        try:
+            while not self.stop.is_set() and alive():
+                if args.duration > 0 and time.monotonic() - t0 >= args.duration:
+                    break
+                self.transport.publish_status(robot_status(robot, self.rejected, self.good, self.estop.is_set()))
+                self.stop.wait(0.1)
+        finally:
+            robot.on_tick = None
+            robot.disconnect()
+            if args.command_log:
+                save_commands(args.command_log, self.received, len(robot.features.command_joints))
+            self.logger.info("robot %s: stopped after %d steps (%d holds, %d commands rejected)", robot.task_id,
+                             robot.steps, len(robot.hold_events), self.rejected.count)
+
+
+def start_robot(args: argparse.Namespace) -> SimulatedRobot:
+    """The node's simulated robot from its flags (real time, its features written when asked)."""
+    sys.setswitchinterval(args.switch_interval)
+    robot = SimulatedRobot(args.task, seed=args.seed, realtime=True, command_timeout_s=args.command_timeout,
+                           hold_kd=args.hold_kd, overrides=parse_overrides(args.override))
+    if args.features_out:
+        write_text_atomic(args.features_out, json.dumps(robot.features.to_dict(), indent=2))
+    return robot

@@ -14,7 +14,8 @@ the extra reading ``command/<cmd_vel_name>`` as ``[linear.x, linear.y, angular.z
 
 The nodes (``python -m robolearn.sim2real.ros.ros1_policy_node`` and ``...ros1_robot_node``) are
 built from these pieces: :func:`init_node`, :func:`command_message` / :func:`parse_command`,
-:func:`joint_state_message`, and the :class:`ThrottledLog` both use for bad input.
+:func:`joint_state_message`, and the ROS-free bodies of :mod:`robolearn.sim2real.ros.node_common`
+they share with the ROS 2 nodes.
 
 rospy is imported here and only under ``sim2real/ros`` (``tests/test_import_rules.py``); a process
 holds one ROS node, so :class:`Ros1Robot` expects :func:`init_node` (or ``rospy.init_node``) first.
@@ -23,13 +24,8 @@ holds one ROS node, so :class:`Ros1Robot` expects :func:`init_node` (or ``rospy.
 from __future__ import annotations
 
 import logging
-import math
-import os
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import rospy
@@ -40,8 +36,14 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
 from robolearn.sim2real.ros.common import MalformedMessage, Topics, command_vector, joint_state_reading
+from robolearn.sim2real.ros.node_common import ThrottledLog, log_to_stderr, write_text_atomic
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "Ros1Robot", "ThrottledLog", "command_class", "command_message", "init_node", "joint_state_message",
+    "log_to_stderr", "parse_command", "write_text_atomic",
+]
 
 TRAJECTORY_FIELD = {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}
 """The ``JointTrajectoryPoint`` field that carries each command kind."""
@@ -57,35 +59,6 @@ def init_node(name: str, *, anonymous: bool = False) -> None:
         return
     # argv=[]: the node's own command line is argparse's, not remapping arguments.
     rospy.init_node(name, anonymous=anonymous, disable_signals=True, argv=[])
-
-
-def log_to_stderr(fmt: str = "[%(name)s][%(levelname)s] %(asctime)s: %(message)s") -> None:
-    """Send robolearn's log records to stderr as well: ``rospy.init_node`` replaces the root
-    logger's handlers with the ROS log file (they still reach it through propagation).
-    """
-    logger = logging.getLogger("robolearn")
-    if not any(getattr(h, "robolearn_stderr", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(fmt))
-        handler.robolearn_stderr = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-    if logger.level == logging.NOTSET or logger.level > logging.INFO:
-        logger.setLevel(logging.INFO)
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def command_class(command_type: str) -> type:
@@ -149,43 +122,6 @@ def joint_state_message(features: RobotFeatures, reading: Reading, stamp: rospy.
     if reading.joint_effort is not None:
         msg.effort = reading.joint_effort.tolist()
     return msg
-
-
-class ThrottledLog:
-    """Errors of bad input, logged without flooding: a new kind of error at once, the same kind at
-    most every ``every_s`` seconds (with how many came meanwhile); every one is counted.
-    """
-
-    def __init__(self, logger: logging.Logger, what: str, every_s: float = 1.0) -> None:
-        """Log to ``logger``, describing each error as ``what`` (``"malformed joint_states"``)."""
-        self.logger = logger
-        self.what = what
-        self.every_s = float(every_s)
-        self.count = 0
-        """Errors seen."""
-        self.last_error = ""
-        """The newest error's text."""
-        self._last_logged: dict[str, float] = {}
-        self._since: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, error: str) -> None:
-        """Count ``error`` and log it unless its kind was logged within ``every_s``."""
-        # The kind: the topic and field before the first colon and the word after it ("joint_states:
-        # position"), not the values, which differ from message to message.
-        head, _, rest = error.partition(":")
-        key = f"{head}:{rest.split(None, 1)[0] if rest.strip() else ''}"
-        now = time.monotonic()
-        with self._lock:
-            self.count += 1
-            self.last_error = error
-            self._since[key] = self._since.get(key, 0) + 1
-            if now - self._last_logged.get(key, -math.inf) < self.every_s:
-                return
-            n = self._since.pop(key)
-            self._last_logged[key] = now
-        more = f" ({n} like it since the last report)" if n > 1 else ""
-        self.logger.error("%s rejected: %s%s; %d rejected in all", self.what, error, more, self.count)
 
 
 class Ros1Robot(Robot):

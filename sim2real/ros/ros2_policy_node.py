@@ -19,10 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
-import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from robolearn.sim2real.deploy.policy import load_exported
@@ -31,19 +30,16 @@ from robolearn.sim2real.robots.base import RobotFeatures
 from robolearn.sim2real.ros.node_common import (
     LOG_FORMAT,
     add_policy_arguments,
-    finish_policy,
+    drive_policy,
     load_features,
     log_to_stderr,
     policy_settings,
-    policy_status,
 )
 
 log = logging.getLogger("robolearn.sim2real.ros.ros2_policy_node")
 
 NODE = "policy"
 """The node's name under its namespace."""
-STATUS_PERIOD_S = 0.1
-"""Seconds between ``policy_status`` messages."""
 
 
 def features_from_topic(node: Any, topic: str, wait_s: float) -> RobotFeatures:
@@ -70,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m robolearn.sim2real.ros.ros2_policy_node",
         description="Run an exported policy on a robot behind ROS 2 topics.")).parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    sys.setswitchinterval(args.switch_interval)
     settings = policy_settings(args, NODE)
     topics = settings.topics
     from std_msgs.msg import Bool, String
@@ -96,49 +93,16 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", exc)
             return 2
         status_pub = node.create_publisher(String, topics.name(topics.policy_status), 10)
-        last = {"flags": 0, "published": -1.0}
-        stopping = threading.Event()
 
-        def publish_status(rt: DeployRuntime) -> None:
-            status_pub.publish(String(data=policy_status(rt, last["flags"], robot.rejected, robot.received)))
+        class Transport:
+            def publish_status(self, text: str) -> None:
+                status_pub.publish(String(data=text))
 
-        def on_step(rt: DeployRuntime, flags: int | None) -> None:
-            """Publish the status every :data:`STATUS_PERIOD_S` from the loop."""
-            last["flags"] = int(flags or 0)
-            if stopping.is_set():
-                rt.stop()
-            now = time.monotonic()
-            if now - last["published"] >= STATUS_PERIOD_S:
-                last["published"] = now
-                publish_status(rt)
+            def subscribe_estop(self, callback: Callable[[bool], None]) -> Callable[[], None]:
+                sub = node.create_subscription(Bool, topics.name(topics.estop), lambda m: callback(bool(m.data)), 10)
+                return lambda: node.destroy_subscription(sub)
 
-        def on_estop(msg: Any) -> None:
-            if msg.data:
-                runtime.estop(f"{topics.name(topics.estop)} = true")
-
-        def on_signal(signum: int, frame: Any) -> None:
-            log.info("%s: %s; stopping", NODE, signal.Signals(signum).name)
-            stopping.set()
-            runtime.stop()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, on_signal)
-        robot.connect()
-        estop_sub = node.create_subscription(Bool, topics.name(topics.estop), on_estop, 10)  # noqa: F841 - kept alive
-        log.info("%s: %s on robot %r at %g Hz (joint states %s, commands %s as %s)", NODE, settings.policy_dir,
-                 features.name, runtime.rate_hz, topics.name(topics.joint_states), topics.name(topics.command),
-                 topics.command_type)
-        if not robot.wait_ready(args.wait, stopping) and not stopping.is_set():
-            log.warning("%s: no reading or no command subscriber after %g s; starting anyway", NODE, args.wait)
-        try:
-            if stopping.is_set():
-                runtime.status = "stopped"
-            else:
-                runtime.run(duration_s=args.duration if args.duration > 0 else None, on_step=on_step)
-        finally:
-            publish_status(runtime)
-        finish_policy(runtime, policy.manifest.spec.task_id, args, robot.rejected, robot.received, log, NODE)
-        robot.disconnect()
+        drive_policy(runtime, robot, Transport(), args, topics, settings.policy_dir, log, NODE)
         return 0
     finally:
         spinner.shutdown()
