@@ -131,8 +131,8 @@ def write_bag(path: Path, log: dict[str, np.ndarray], *, dt: float = 0.01, t0: f
                     u = np.array([u[0], 0.0])
                 if trajectory:
                     msg = Traj(header=header(0.0, k), joint_names=["slider"],
-                               points=[Point(positions=np.array(u, np.float64), velocities=np.array([], np.float64),
-                                             accelerations=np.array([], np.float64), effort=np.array([], np.float64),
+                               points=[Point(positions=np.array([], np.float64), velocities=np.array([], np.float64),
+                                             accelerations=np.array([], np.float64), effort=np.array(u, np.float64),
                                              time_from_start=Duration(sec=0, nanosec=0))])
                 else:
                     msg = F64(layout=Layout(dim=[], data_offset=0), data=np.array(u, np.float64))

@@ -51,6 +51,7 @@ def test_each_deployment_gets_its_own_folder(lqr: Path) -> None:
         (["policy={lqr}", "safety.smoothing=1.5"], r"safety.smoothing: expected a weight in [0, 1), got 1.5"),
         (["policy={lqr}", "safety.brakes=on"], "safety.brakes: field 'brakes' is not in SafetySettings"),
         (["policy={lqr}", "robot=ros1"], "features: robot=ros1 needs features=<robot description .json/.yaml>"),
+        (["policy={lqr}", "command_type=twist"], "command_type: expected float64_multi_array or joint_trajectory, got 'twist'"),
         (["policy={lqr}", "rate=50", "realtime=false"], "rate: 50 Hz was asked for, the policy was trained at 100 Hz"),
         (["policy={lqr}", "task=Pendulum-Swingup", "realtime=false"], "command joint names: the policy commands ['slider']"),
         (["policy=/nonexistent"], "policy: /nonexistent has no manifest.json"),

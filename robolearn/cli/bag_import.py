@@ -20,7 +20,7 @@ The mapping file (YAML; ``configs/bag_mappings/cartpole.yaml`` is an example)::
     commands:
       topic: /robolearn/command       # std_msgs/Float64MultiArray or trajectory_msgs/JointTrajectory
       joints: null                    # command joints in action order; null: the task's action joints
-      trajectory_field: positions     # which field of a JointTrajectory's first point is the command
+      trajectory_field: null          # a JointTrajectory's field: null: by the task's action kind (effort for torque)
     episode_gap_s: null               # a joint-state gap longer than this starts a new episode
     max_steps: null                   # keep at most this many transitions
 
@@ -57,8 +57,10 @@ class TopicMapping:
     """Topic name in the bag."""
     joints: list[str] | None = None
     """Joint names to read, in order; ``None``: the task's."""
-    trajectory_field: str = "positions"
-    """For a JointTrajectory command: ``positions``, ``velocities`` or ``effort`` of its first point."""
+    trajectory_field: str | None = None
+    """For a JointTrajectory command: ``positions``, ``velocities`` or ``effort`` of its first point;
+    ``None``: the field of the task's action kind (torque: ``effort``, joint_pos: ``positions``,
+    joint_vel: ``velocities``), as the robolearn bridges send them."""
 
 
 @dataclass
@@ -85,7 +87,7 @@ class BagMapping:
         for name in ("joint_states", "commands"):
             if not getattr(self, name).topic:
                 raise ConfigError(f"mapping.{name}.topic: missing")
-        if self.commands.trajectory_field not in ("positions", "velocities", "effort"):
+        if self.commands.trajectory_field not in (None, "positions", "velocities", "effort"):
             raise ConfigError(f"mapping.commands.trajectory_field: expected positions, velocities or effort, "
                               f"got {self.commands.trajectory_field!r}")
         if self.rate_hz is not None and not self.rate_hz > 0:
@@ -137,8 +139,10 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
         raise ConfigError(f"mapping.commands.joints: expected the task's action joints {list(spec.joint_order)} in "
                           f"that order, got {cmd_joints}")
     rate = cfg.rate_hz or spec.control_rate_hz
-    js, cmds = read_bag(bag, cfg.joint_states.topic, qpos_joints, cfg.commands.topic, cmd_joints,
-                        cfg.commands.trajectory_field)
+    kinds = {a.kind for a in spec.actions}
+    field = cfg.commands.trajectory_field or {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}[
+        sorted(kinds)[0]]
+    js, cmds = read_bag(bag, cfg.joint_states.topic, qpos_joints, cfg.commands.topic, cmd_joints, field)
     log = align(js, cmds, rate, cfg.episode_gap_s, cfg.max_steps)
     scale = np.array([v for a in spec.actions for v in a.scale], dtype=np.float64)
     offset = np.array([v for a in spec.actions for v in a.offset], dtype=np.float64)

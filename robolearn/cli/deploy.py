@@ -109,6 +109,8 @@ class DeployConfig:
             raise ConfigError(f"duration: expected seconds >= 0, got {self.duration!r}")
         if self.format not in ("onnx", "torchscript"):
             raise ConfigError(f"format: expected onnx or torchscript, got {self.format!r}")
+        if self.command_type not in ("float64_multi_array", "joint_trajectory"):
+            raise ConfigError(f"command_type: expected float64_multi_array or joint_trajectory, got {self.command_type!r}")
         if self.robot in ("ros1", "ros2") and not self.features:
             raise ConfigError(f"features: robot={self.robot} needs features=<robot description .json/.yaml>")
 
@@ -279,6 +281,7 @@ def _deploy_ros(cfg: DeployConfig, folder: Path, out: Path) -> int:
             raise ConfigError(f"ros2_python: {python} does not exist; run scripts/setup.sh or give ros2_python=<python of a ROS 2 env>")
     out.mkdir(parents=True, exist_ok=True)
     args = [python, "-m", module, "--policy", str(folder), "--robot", str(cfg.features), "--namespace", cfg.namespace,
+            "--command-type", cfg.command_type,
             "--telemetry", str(out / "telemetry.h5"), "--duration", str(cfg.duration),
             "--safety", json.dumps({k: v for k, v in asdict(cfg.safety).items() if v is not None})]
     if cfg.rate is not None:
