@@ -611,6 +611,35 @@ def test_the_recorded_bag_imports_with_the_published_rewards(balance: BalanceRun
     assert diff.max() <= 2e-3
 
 
+def test_a_recorded_bag_trains_a_policy_with_the_offline_runner(balance: BalanceRun, tmp_path: Path) -> None:
+    """The balancing run's bag, imported to a dataset file, trains a policy with the offline runner
+    (behaviour cloning of the commands the controller sent through ROS) that reproduces those
+    commands: the path from a robot's log to a policy, end to end. (The log stays within 0.01 rad of
+    upright, narrower than the task's initial states: the cloned policy's evaluation return is
+    printed, not asserted.)"""
+    import robolearn
+    from robolearn.cli.bag_import import import_bag
+    from robolearn.cli.main import main
+
+    topics = balance.topics
+    mapping = {"task": "Cartpole-Balance", "joint_states": {"topic": topics.name(topics.joint_states)},
+               "commands": {"topic": topics.name(topics.command)}}
+    data = import_bag(balance.bag, mapping, tmp_path / "robot_log.h5")
+    assert data.metadata.extra["labelling"]["reward_terms"] == {"smooth_balance": 1.0}
+    run = tmp_path / "bc"
+    assert main(["train", "algo=bc", "task=Cartpole-Balance", f"dataset={tmp_path / 'robot_log.h5'}",
+                 "total_grad_steps=1000", f"run_dir={run}", "algo.actor_hidden=[64,64]", "runner.video=false",
+                 "runner.console=false", "runner.tensorboard=false", "eval_num_envs=4"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    policy = robolearn.load_policy(run)
+    predicted = policy.act({"policy": data.observations["policy"]})[:, 0]
+    mae = float((predicted - data.actions[:, 0]).abs().mean())
+    spread = float((data.actions[:, 0] - data.actions[:, 0].mean()).abs().mean())
+    print(f"\nBC on the recorded bag ({len(data)} steps): command MAE {mae:.5f} (commands' mean absolute deviation "
+          f"{spread:.5f}), final eval return {summary['final_eval_return']:.1f}")
+    assert mae < spread / 5  # the commands the controller sent, on its own logged states
+
+
 def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(balance: BalanceRun) -> None:
     """SIGKILL on the policy node: the robot node's watchdog holds, measured on its own clock."""
     before = balance.probe.last("robot")["hold_events"]
