@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 # rospy (Debian's 1.15) still calls Condition.notifyAll.
 pytestmark = [pytest.mark.ros, pytest.mark.filterwarnings("ignore:notifyAll:DeprecationWarning")]
@@ -963,3 +964,43 @@ def test_policy_node_refuses_a_robot_that_does_not_fit(ros: RosEnv, lqr: Path, t
     assert "command joint names: the policy commands ['slider'], the robot takes ['rail']" in text
     assert "control rate: the policy was trained at 100 Hz, the robot runs at 50 Hz" in text
     assert "/rl_d/command" not in rosgraph.Master("/probe", master_uri=ros.uri).getPublishedTopics("/rl_d")
+
+
+@pytest.mark.ros
+def test_robolearn_deploy_robot_ros1_drives_a_robot_node(ros: RosEnv, lqr: Path, tmp_path: Path) -> None:
+    """``robolearn deploy policy=... robot=ros1 features=...``: the policy node's parameter file is
+    generated from the manifest and the robot's description, the node drives the robot node for 2 s
+    and the deployment folder gets the telemetry and the loop's summary."""
+    features_file = tmp_path / "robot.json"
+    robot = node("ros1_robot_node", "robot_cli", [
+        "--task", "Cartpole-Balance", "--namespace", "/rl_cli", "--wait-for-policy", "60",
+        "--features-out", str(features_file)], ros.env, ros.root)
+    try:
+        wait_for(lambda: features_file.is_file(), 60.0, f"the robot's features\n{robot.text()}")
+        out = tmp_path / "deployment"
+        run = subprocess.run([sys.executable, "-m", "robolearn.cli.main", "deploy", f"policy={lqr}", "robot=ros1",
+                              f"features={features_file}", "namespace=/rl_cli", "duration=2", f"out={out}",
+                              "safety.ramp_s=0"], env=ros.env, capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        params = yaml.safe_load((out / "policy_params.yaml").read_text())["policy"]
+        assert params["manifest"]["joint_order"] == ["slider"] and params["rate_hz"] == 100.0
+        assert params["robot"]["command_joints"] == ["slider"] and params["topics"]["namespace"] == "/rl_cli"
+        summary = json.loads((out / "summary.json").read_text())
+        assert 90.0 <= summary["rate_hz"] <= 110.0 and summary["readings"] > 100
+        data = Dataset.load(out / "telemetry.h5")
+        assert len(data) > 150 and float(data.infos["policy_active"].float().mean()) > 0.9
+    finally:
+        robot.stop()
+
+
+@pytest.mark.ros
+def test_robolearn_deploy_refuses_a_described_robot_that_does_not_fit(lqr: Path, tmp_path: Path) -> None:
+    """The manifest is checked against the robot description before any node starts."""
+    from robolearn.cli.main import main
+
+    other = {"name": "arm", "joints": ["shoulder", "elbow"], "command_kind": "joint_pos", "rate_hz": 50.0,
+             "position_limits": [[-1, 1], [-1, 1]]}
+    (tmp_path / "arm.json").write_text(json.dumps(other))
+    out = tmp_path / "never"
+    assert main(["deploy", f"policy={lqr}", "robot=ros1", f"features={tmp_path / 'arm.json'}", f"out={out}"]) == 2
+    assert not out.exists()

@@ -272,18 +272,39 @@ def _finish(cfg: DeployConfig, runtime: Any, stats: Any, out: Path, extra: dict[
 
 
 def _deploy_ros(cfg: DeployConfig, folder: Path, out: Path) -> int:
-    """Start the ROS policy node (ROS 1 in this interpreter, ROS 2 in the ROS 2 venv's)."""
+    """Check the policy against the described robot, write the node's parameter file (generated from
+    the manifest and the robot description) and start the ROS policy node: ROS 1 in this
+    interpreter, ROS 2 in the ROS 2 venv's.
+    """
+    from robolearn.sim2real.deploy.policy import load_exported
+    from robolearn.sim2real.deploy.runtime import DeployMismatch, check_robot
+    from robolearn.sim2real.ros.common import Topics, node_parameters, write_parameters
+    from robolearn.sim2real.ros.node_common import load_features
+
+    try:
+        features = load_features(str(cfg.features), "features")
+    except SystemExit as exc:
+        raise ConfigError(str(exc)) from None
+    policy = load_exported(folder, cfg.format)
+    manifest = policy.manifest
+    problems = check_robot(manifest.spec, manifest.obs_group, features, cfg.rate)
+    if problems:
+        raise DeployMismatch(problems)
     module = f"robolearn.sim2real.ros.{cfg.robot}_policy_node"
     python = sys.executable
     if cfg.robot == "ros2":
         python = cfg.ros2_python or str(Path(__file__).resolve().parents[2] / ".venv-ros2" / "bin" / "python")
         if not Path(python).exists():
             raise ConfigError(f"ros2_python: {python} does not exist; run scripts/setup.sh or give ros2_python=<python of a ROS 2 env>")
+    safety = {k: v for k, v in asdict(cfg.safety).items() if v is not None}
+    params = node_parameters(features, Topics(namespace=cfg.namespace, command_type=cfg.command_type),
+                             policy=str(folder.resolve()), rate_hz=cfg.rate or manifest.spec.control_rate_hz, safety=safety)
+    params["manifest"] = {"task_id": manifest.spec.task_id, "obs_group": manifest.obs_group,
+                          "joint_order": [str(j) for j in manifest.spec.joint_order],
+                          "control_rate_hz": manifest.spec.control_rate_hz, "action_dim": manifest.spec.action_dim}
     out.mkdir(parents=True, exist_ok=True)
-    args = [python, "-m", module, "--policy", str(folder), "--robot", str(cfg.features), "--namespace", cfg.namespace,
-            "--command-type", cfg.command_type,
-            "--telemetry", str(out / "telemetry.h5"), "--duration", str(cfg.duration),
-            "--safety", json.dumps({k: v for k, v in asdict(cfg.safety).items() if v is not None})]
-    if cfg.rate is not None:
-        args += ["--rate", str(cfg.rate)]
+    param_file = write_parameters(out / "policy_params.yaml", "policy", params, 1 if cfg.robot == "ros1" else 2)
+    print(f"robolearn deploy: {cfg.robot} policy node with {param_file}")
+    args = [python, "-m", module, "--params", str(param_file), "--telemetry", str(out / "telemetry.h5"),
+            "--summary", str(out / "summary.json"), "--duration", str(cfg.duration)]
     return subprocess.call(args)
