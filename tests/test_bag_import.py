@@ -219,6 +219,103 @@ def test_mapping_and_command_line_errors(tmp_path: Path, log: dict) -> None:
         import_bag_command([f"bag={bag}", "mapping=x", f"out={tmp_path / 'cli.h5'}"])
 
 
+def write_joint_log(path: Path, names: list[str], pos: np.ndarray, vel: np.ndarray, cmds: np.ndarray, dt: float,
+                    t0: float = 50.0, latency: float = 0.001) -> Path:
+    """Any task's log as a ROS 2 ``.mcap``: JointState ``/js`` (joints in ``names`` order) every ``dt``,
+    Float64MultiArray ``/cmd`` ``latency`` after the state it answers.
+    """
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    store = get_typestore(Stores.ROS2_JAZZY)
+    JointState, Header = store.types["sensor_msgs/msg/JointState"], store.types["std_msgs/msg/Header"]
+    Time, F64 = store.types["builtin_interfaces/msg/Time"], store.types["std_msgs/msg/Float64MultiArray"]
+    Layout = store.types["std_msgs/msg/MultiArrayLayout"]
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        js = writer.add_connection("/js", JointState.__msgtype__, typestore=store)
+        cmd = writer.add_connection("/cmd", F64.__msgtype__, typestore=store)
+        for k in range(len(pos)):
+            ns = round((t0 + k * dt) * 1e9)
+            msg = JointState(header=Header(stamp=Time(sec=ns // 10**9, nanosec=ns % 10**9), frame_id=""), name=names,
+                             position=pos[k].copy(), velocity=vel[k].copy(), effort=np.zeros(0))
+            writer.write(js, ns, store.serialize_cdr(msg, JointState.__msgtype__))
+            if k < len(cmds):
+                msg = F64(layout=Layout(dim=[], data_offset=0), data=cmds[k].copy())
+                writer.write(cmd, ns + round(latency * 1e9), store.serialize_cdr(msg, F64.__msgtype__))
+    return path
+
+
+def test_a_termination_ends_the_episode_where_the_task_says(tmp_path: Path) -> None:
+    """Hopper: a reward on the step's displacement (``prev_qpos``), a termination term and clipped
+    observations. The robot (a twin env without the termination) keeps going after it falls; the
+    import must end the episode at the step the task's own env terminated, with that env's
+    rewards, observations and final observation (float32 storage: 1e-5 absolute on values of
+    order 1-10), and drop the rest of the log.
+    """
+    from robolearn.spec import PolicySpec
+
+    task = robolearn.make("Hopper", 1, seed=3, dtype=torch.float64)
+    robot = robolearn.make("Hopper", 1, seed=3, dtype=torch.float64, terminations={})
+    obs, _ = task.reset()
+    robot.reset()
+    rng = np.random.default_rng(0)
+    pos, vel, cmds, rewards, terminated, observations = [], [], [], [], [], []
+    final = None
+    for _ in range(60):
+        pos.append(robot.sim.qpos[0].numpy().copy())
+        vel.append(robot.sim.qvel[0].numpy().copy())
+        action = torch.from_numpy(rng.uniform(-1.0, 1.0, (1, task.action_dim)))
+        if final is None:
+            np.testing.assert_array_equal(task.sim.qpos[0].numpy(), pos[-1])  # the twins agree while it stands
+            observations.append(obs["policy"][0].numpy().copy())
+            obs, reward, term, trunc, info = task.step(action)
+            rewards.append(float(reward[0]))
+            terminated.append(bool(term[0]))
+            if bool(term[0] | trunc[0]):
+                final = info["final_obs"]["policy"][0].numpy().copy()
+        robot.step(action)
+        cmds.append(action[0].numpy())  # torque, scale 1, offset 0: the command is the action
+    pos.append(robot.sim.qpos[0].numpy().copy())
+    vel.append(robot.sim.qvel[0].numpy().copy())
+    assert final is not None and terminated[-1] and 5 < len(rewards) < 60, "the random hopper should fall in 60 steps"
+    names = list(PolicySpec.from_dict(task.policy_spec()).qpos_joints)[::-1]  # the message's order is not qpos order
+    bag = write_joint_log(tmp_path / "hopper.mcap", names, np.array(pos)[:, ::-1], np.array(vel)[:, ::-1],
+                          np.array(cmds), task.dt)
+    data = import_bag(bag, {"task": "Hopper", "joint_states": {"topic": "/js"}, "commands": {"topic": "/cmd"}})
+    n = len(rewards)
+    assert len(data) == n and data.terminals.nonzero().flatten().tolist() == [n - 1] and not bool(data.timeouts.any())
+    np.testing.assert_allclose(data.rewards.numpy(), rewards, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(data.observations["policy"].numpy(), np.array(observations), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(data.final_observations["policy"][0].numpy(), final, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(data.actions.numpy(), np.array(cmds[:n]), rtol=0, atol=1e-6)
+    labelling = data.metadata.extra["labelling"]
+    assert labelling["reward_terms"] == {"forward": 1.0, "healthy": 1.0, "ctrl_cost": -1e-3}
+    assert labelling["termination_terms"] == ["unhealthy"] and labelling["rate_hz"] == pytest.approx(125.0)
+
+
+def test_align_interpolates_states_and_holds_commands_by_hand() -> None:
+    """Irregular joint-state stamps of a linear signal (interpolation is exact on it), commands
+    arriving between ticks: the ticks, states, held commands and episode split computed by hand.
+    """
+    from robolearn.data.rosbag_io import Commands, JointStates, align
+
+    stamps = np.array([0.0, 0.013, 0.021, 0.034, 0.040, 0.052, 1.0, 1.011, 1.025])  # a 0.948 s pause
+    js = JointStates(stamps, (2.0 * stamps + 1.0)[:, None], (-stamps)[:, None])
+    cmds = Commands(np.array([0.005, 0.019, 0.0305, 1.002]), np.array([[10.0], [20.0], [30.0], [40.0]]))
+    log = align(js, cmds, rate_hz=100.0)
+    # episode 1: ticks 0, .01, .02, .03, .04, .05 (the last state is at .052); episode 2: 1.0, 1.01, 1.02
+    np.testing.assert_allclose(log.ticks, [0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 1.0, 1.01, 1.02], atol=1e-12)
+    assert log.episode_lengths.tolist() == [5, 2]
+    np.testing.assert_allclose(log.position[:, 0], 2.0 * log.ticks + 1.0, atol=1e-12)
+    np.testing.assert_allclose(log.velocity[:, 0], -log.ticks, atol=1e-12)
+    # the step t -> t + 0.01 is driven by the latest command received by its end
+    assert log.commands[:, 0].tolist() == [10.0, 20.0, 20.0, 30.0, 30.0, 40.0, 40.0]
+    short = align(js, cmds, rate_hz=100.0, max_steps=3)
+    assert short.episode_lengths.tolist() == [3] and len(short.position) == 4
+    with pytest.raises(BagError, match="rate_hz: expected a positive rate"):
+        align(js, cmds, rate_hz=0.0)
+
+
 def _merge(sets: list[Dataset]) -> Dataset:
     """Imported episodes as one dataset (fields concatenated, the first one's metadata)."""
     return Dataset(
