@@ -18,14 +18,10 @@ import importlib.util
 import json
 import os
 import platform
-import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 ROS2_PYTHON = REPO / ".venv-ros2" / "bin" / "python"
@@ -34,71 +30,11 @@ INSIDE = "ROBOLEARN_ROS2_NETNS"
 
 
 def _ros1_loop() -> Any:
-    """``benchmarks/ros_loop.py`` as a module: the export, alignment and statistics it defines."""
+    """``benchmarks/ros_loop.py`` as a module: its ``run_rate`` runs either ROS version's nodes."""
     spec = importlib.util.spec_from_file_location("ros_loop", Path(__file__).with_name("ros_loop.py"))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
-
-
-def run_rate(rate: float, duration: float, task: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
-    """One rate: nodes up, ``duration`` s of control, nodes down; the measurements."""
-    from robolearn.data import Dataset
-
-    shared = _ros1_loop()
-    timestep = 1.0 / rate
-    policy_dir = shared.export_lqr(task, timestep, work / f"lqr_{rate:g}")
-    logs = {name: open(work / f"{name}_{rate:g}.log", "wb") for name in ("robot", "policy")}
-    py = [sys.executable, "-m"]
-    ns = ["--namespace", f"/ros2_loop_{rate:g}"]
-    robot = subprocess.Popen(py + ["robolearn.sim2real.ros.ros2_robot_node", "--task", task, *ns,
-                                   "--override", f"timestep={timestep!r}", "--wait-for-policy", "60",
-                                   "--command-log", str(work / f"commands_{rate:g}.npz")],
-                             stdout=logs["robot"], stderr=subprocess.STDOUT, env=env)
-    policy = None
-    try:
-        policy = subprocess.Popen(py + ["robolearn.sim2real.ros.ros2_policy_node", "--policy", str(policy_dir), *ns,
-                                        "--robot", "from-topic", "--duration", str(duration),
-                                        "--safety", json.dumps(shared.SAFETY),
-                                        "--telemetry", str(work / f"telemetry_{rate:g}.h5"),
-                                        "--summary", str(work / f"summary_{rate:g}.json")],
-                                  stdout=logs["policy"], stderr=subprocess.STDOUT, env=env)
-        policy.wait(timeout=duration + 120)
-    finally:
-        for proc in (policy, robot):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        for fh in logs.values():
-            fh.close()
-    if policy is None or policy.returncode != 0:
-        raise RuntimeError(f"policy node failed:\n{(work / f'policy_{rate:g}.log').read_text()}")
-    summary = json.loads((work / f"summary_{rate:g}.json").read_text())
-    data = Dataset.load(work / f"telemetry_{rate:g}.h5")
-    infos = {k: v.cpu().numpy() for k, v in data.infos.items()}
-    log = np.load(work / f"commands_{rate:g}.npz")
-    o = shared.align(infos["sent"], log["command"])
-    n = min(len(infos["sent"]), len(log["command"]) - o)
-    receipts = log["monotonic"][o:o + n]
-    return {
-        "rate_hz_target": rate,
-        "rate_hz": round(summary["rate_hz"], 3),
-        "ticks": int(summary["ticks"]),
-        "missed": int(summary["missed"]),
-        "jitter_ms": {k: round(summary[f"jitter_{k}_s"] * 1e3, 4) for k in ("p50", "p99", "max")},
-        "step_cost_ms": {"p50": round(summary["step_cost_p50_s"] * 1e3, 4), "p99": round(summary["step_cost_p99_s"] * 1e3, 4)},
-        "robot_receipt_rate_hz": round(float((len(receipts) - 1) / (receipts[-1] - receipts[0])), 3),
-        "robot_receipt_jitter_ms": shared.percentiles(np.abs(np.diff(receipts) - 1.0 / rate)),
-        "obs_to_command_ms": shared.percentiles(log["wall"][o:o + n] - infos["stamp"][:n]),
-        "tick_to_receipt_ms": shared.percentiles(receipts - infos["tick"][:n]),
-        "commands_matched": int(n),
-        "max_abs_pole_angle_rad": round(float(np.abs(infos["joint_pos"][:, 1]).max()), 5),
-        "interventions": summary.get("interventions", {}),
-    }
 
 
 def main() -> None:
@@ -119,7 +55,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ros2_loop_"))
     env = {**os.environ, "RMW_IMPLEMENTATION": "rmw_fastrtps_cpp", "ROS_DOMAIN_ID": "7", "ROS_LOCALHOST_ONLY": "1",
            "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    results = [run_rate(rate, args.duration, args.task, work, env) for rate in args.rates]
+    shared = _ros1_loop()
+    results = [shared.run_rate(rate, args.duration, args.task, work, env, ros=2) for rate in args.rates]
     print(json.dumps({
         "benchmark": "ros2_loop",
         "transport": "ROS 2 (rclpy, Fast DDS) inside unshare -n, loopback only; robot and policy in separate processes",

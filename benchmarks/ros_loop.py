@@ -83,8 +83,11 @@ def align(sent: np.ndarray, received: np.ndarray, window: int = 200) -> int:
     raise RuntimeError("could not match the policy's commands to the robot's receipts")
 
 
-def run_rate(rate: float, duration: float, task: str, work: Path, env: dict[str, str]) -> dict[str, Any]:
-    """One rate: nodes up, ``duration`` s of control, nodes down; the measurements."""
+def run_rate(rate: float, duration: float, task: str, work: Path, env: dict[str, str], ros: int = 1) -> dict[str, Any]:
+    """One rate: nodes up, ``duration`` s of control, nodes down; the measurements. ``ros=2`` runs
+    the ROS 2 nodes (the caller is then inside a network namespace, under the ROS 2 venv's python:
+    ``benchmarks/ros2_loop.py``), whose robot description travels on a latched topic.
+    """
     from robolearn.data import Dataset
 
     timestep = 1.0 / rate
@@ -92,15 +95,16 @@ def run_rate(rate: float, duration: float, task: str, work: Path, env: dict[str,
     logs = {name: open(work / f"{name}_{rate:g}.log", "wb") for name in ("robot", "policy")}
     py = [sys.executable, "-m"]
     ns = ["--namespace", f"/ros_loop_{rate:g}"]  # a fresh namespace: no parameter left by another run
-    robot = subprocess.Popen(py + ["robolearn.sim2real.ros.ros1_robot_node", "--task", task, *ns,
+    robot = subprocess.Popen(py + [f"robolearn.sim2real.ros.ros{ros}_robot_node", "--task", task, *ns,
                                    "--override", f"timestep={timestep!r}", "--wait-for-policy", "60",
                                    "--command-log", str(work / f"commands_{rate:g}.npz")],
                              stdout=logs["robot"], stderr=subprocess.STDOUT, env=env, start_new_session=True)
     policy = None
     try:
-        policy = subprocess.Popen(py + ["robolearn.sim2real.ros.ros1_policy_node", "--policy", str(policy_dir),
+        policy = subprocess.Popen(py + [f"robolearn.sim2real.ros.ros{ros}_policy_node", "--policy", str(policy_dir),
                                         *ns,
-                                        "--robot", "from-params", "--duration", str(duration),
+                                        "--robot", "from-params" if ros == 1 else "from-topic",
+                                        "--duration", str(duration),
                                         "--safety", json.dumps(SAFETY),
                                         "--telemetry", str(work / f"telemetry_{rate:g}.h5"),
                                         "--summary", str(work / f"summary_{rate:g}.json")],

@@ -351,3 +351,18 @@ def test_behaviour_cloning_on_an_imported_bag_reproduces_held_out_commands(tmp_p
     spread = float((held.actions[:, 0] - held.actions[:, 0].mean()).abs().mean())
     print(f"BC on imported bags: held-out command MAE {mae:.4f} (the commands' mean absolute deviation {spread:.4f})")
     assert mae < 0.05 and mae < spread / 5
+
+
+def test_mapping_types_are_checked_and_out_of_range_commands_clipped_and_counted(tmp_path: Path, log: dict) -> None:
+    bag = write_bag(tmp_path / "log.bag", log)
+    typed = {**MAPPING, "commands": {"topic": "/robolearn/command", "type": "trajectory_msgs/JointTrajectory"}}
+    with pytest.raises(BagError, match=r"topic '/robolearn/command' has type std_msgs/msg/Float64MultiArray, "
+                                       r"the mapping says trajectory_msgs/JointTrajectory"):
+        import_bag(bag, typed)
+    ok = {**MAPPING, "joint_states": {"topic": "/robolearn/joint_states", "type": "sensor_msgs/msg/JointState"}}
+    assert import_bag(bag, ok).metadata.extra["labelling"]["actions_clipped"] == 0
+    loud = dict(log, cmd=log["cmd"] * 3.0)  # commands the cart's actuator range (+-1) cannot express
+    data = import_bag(write_bag(tmp_path / "loud.bag", loud), MAPPING)
+    expected = int((np.abs(loud["cmd"][:, 0]) > 1.0).sum())
+    assert expected > 10 and data.metadata.extra["labelling"]["actions_clipped"] == expected
+    assert float(data.actions.abs().max()) == 1.0

@@ -31,6 +31,7 @@ Episodes end as time-outs (the recording was cut) unless a termination term fire
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,9 @@ class TopicMapping:
 
     topic: str = ""
     """Topic name in the bag."""
+    type: str | None = None
+    """Its message type (``sensor_msgs/msg/JointState`` ...; ``None``: whichever the bag says, if
+    usable); checked against the bag's."""
     joints: list[str] | None = None
     """Joint names to read, in order; ``None``: the task's."""
     trajectory_field: str | None = None
@@ -109,6 +113,11 @@ def read_mapping(mapping: Mapping[str, Any] | str | os.PathLike[str]) -> BagMapp
     return to_dataclass(BagMapping, mapping, "mapping")
 
 
+def _bound(value: Any) -> float:
+    """An action bound of the spec (``"inf"`` strings included) as a float."""
+    return float(value)
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -142,17 +151,25 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
     kinds = {a.kind for a in spec.actions}
     field = cfg.commands.trajectory_field or {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}[
         sorted(kinds)[0]]
-    js, cmds = read_bag(bag, cfg.joint_states.topic, qpos_joints, cfg.commands.topic, cmd_joints, field)
+    js, cmds = read_bag(bag, cfg.joint_states.topic, qpos_joints, cfg.commands.topic, cmd_joints, field,
+                        expect={cfg.joint_states.topic: cfg.joint_states.type, cfg.commands.topic: cfg.commands.type})
     log = align(js, cmds, rate, cfg.episode_gap_s, cfg.max_steps)
     scale = np.array([v for a in spec.actions for v in a.scale], dtype=np.float64)
     offset = np.array([v for a in spec.actions for v in a.offset], dtype=np.float64)
     if (scale == 0).any():
         raise ConfigError(f"mapping.task: {cfg.task} has an action scale of 0; commands cannot be mapped back")
     actions_all = (log.commands - offset) / scale
+    # A command beyond what the policy's actions can express (the robot was driven by something
+    # else) is kept at the nearest expressible action; how many were is recorded.
+    low = np.array([_bound(v) for a in spec.actions for v in (a.low or [-math.inf] * a.dim)], dtype=np.float64)
+    high = np.array([_bound(v) for a in spec.actions for v in (a.high or [math.inf] * a.dim)], dtype=np.float64)
+    clipped = int(((actions_all < low) | (actions_all > high)).any(axis=1).sum())
+    actions_all = np.clip(actions_all, low, high)
     groups = [g for g in spec.observations if g in DEPLOYABLE_GROUPS]
     obs: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
     final: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
     rewards, terminated, timeouts, terms, acts = [], [], [], [], []
+    dropped = 0
     s = a = 0
     for n in log.episode_lengths.tolist():
         labels = labeller.label(torch.from_numpy(log.position[s : s + n + 1]), torch.from_numpy(log.velocity[s : s + n + 1]),
@@ -167,6 +184,7 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
                 obs[g][-1] = obs[g][-1][:stop]
                 final[g][-1] = labels.observations[g][stop : stop + 1]
             n_kept = stop
+            dropped += n - stop
         else:
             n_kept = n
         rewards.append(labels.rewards[:n_kept])
@@ -197,6 +215,8 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
                 "rate_hz": rate,
                 "state_resampling": "linear interpolation of joint states at control ticks",
                 "command_resampling": "zero-order hold: the latest command received by the end of each step",
+                "actions_clipped": clipped,
+                "steps_dropped_after_terminations": dropped,
             },
             "bag": {"file": bag.name, "sha256": _sha256(bag)},
             "mapping": asdict(cfg),

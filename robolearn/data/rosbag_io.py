@@ -79,8 +79,11 @@ def read_bag(
     command_topic: str,
     command_joints: Sequence[str],
     trajectory_field: str = "positions",
+    expect: dict[str, str | None] | None = None,
 ) -> tuple[JointStates, Commands]:
-    """Read the joint states of ``joints`` and the commands of ``command_joints`` from a bag."""
+    """Read the joint states of ``joints`` and the commands of ``command_joints`` from a bag
+    (``expect``: message types by topic that the bag's must equal; ``None`` entries: any usable).
+    """
     from rosbags.highlevel import AnyReader
     from rosbags.typesys import Stores, get_typestore
 
@@ -101,6 +104,9 @@ def read_bag(
                     raise BagError(f"bag {path.name}: no topic {topic!r} (it has {sorted(topics)})")
                 if conn.msgtype not in kind:
                     raise BagError(f"bag {path.name}: topic {topic!r} has type {conn.msgtype}, expected {' or '.join(kind)}")
+                want = (expect or {}).get(topic)
+                if want is not None and conn.msgtype != want.replace("/msg/", "/").replace("/", "/msg/", 1):
+                    raise BagError(f"bag {path.name}: topic {topic!r} has type {conn.msgtype}, the mapping says {want}")
             wanted = [topics[joint_topic], topics[command_topic]]
             j_index = c_index = 0
             for conn, t_ns, raw in reader.messages(connections=wanted):

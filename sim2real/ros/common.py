@@ -144,6 +144,27 @@ def command_vector(features: RobotFeatures, values: Sequence[float], names: Sequ
     return vals
 
 
+TRAJECTORY_FIELD = {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}
+"""The ``JointTrajectoryPoint`` field that carries each command kind."""
+
+
+def parse_command(features: RobotFeatures, msg: Any, topic: str = "command") -> np.ndarray:
+    """The command vector in a ``Float64MultiArray`` or ``JointTrajectory`` message (ROS 1 or ROS 2:
+    read by field names) in the robot's joint order, or :class:`MalformedMessage` naming the field
+    (``command.data``, ``command.points[0].effort``, ``command.joint_names``).
+    """
+    if hasattr(msg, "points"):
+        if len(msg.points) != 1:
+            raise MalformedMessage(f"{topic}.points: expected 1 point (the next command), got {len(msg.points)}")
+        field = TRAJECTORY_FIELD[features.command_kind]
+        names = list(msg.joint_names)
+        if sorted(names) != sorted(features.command_joints):
+            raise MalformedMessage(f"{topic}.joint_names: {names} are not the robot's command joints "
+                                   f"{list(features.command_joints)}")
+        return command_vector(features, list(getattr(msg.points[0], field)), names, topic=f"{topic}.points[0].{field}")
+    return command_vector(features, list(msg.data), topic=f"{topic}.data")
+
+
 def status_json(**fields: Any) -> str:
     """A status message's text: one JSON object (numbers rounded for reading)."""
     return json.dumps({k: (round(v, 6) if isinstance(v, float) and math.isfinite(v) else v) for k, v in fields.items()})

@@ -35,9 +35,15 @@ import yaml
 
 from robolearn.sim2real.deploy.runtime import DeployRuntime
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig
-from robolearn.sim2real.robots.base import Reading, RobotFeatures
+from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
-from robolearn.sim2real.ros.common import MalformedMessage, Topics, read_parameters, status_json
+from robolearn.sim2real.ros.common import (
+    MalformedMessage,
+    Topics,
+    joint_state_reading,
+    read_parameters,
+    status_json,
+)
 
 LOG_FORMAT = "[%(name)s][%(levelname)s] %(asctime)s: %(message)s"
 """Log lines as the ROS loggers write them."""
@@ -452,3 +458,105 @@ def start_robot(args: argparse.Namespace) -> SimulatedRobot:
     if args.features_out:
         write_text_atomic(args.features_out, json.dumps(robot.features.to_dict(), indent=2))
     return robot
+
+
+# -- a robot behind topics, whatever the ROS client -------------------------------------------
+class TopicRobot(Robot):
+    """What a robot behind the bridge's topics is without its ROS client: the newest good reading
+    (with the newest Twist as an extra), malformed input counted and logged (throttled) and dropped,
+    commands checked before they are published. ``Ros1Robot`` and ``Ros2Robot`` add the client:
+    ``connect``/``disconnect``, :meth:`_publish` and :meth:`_command_subscribers`, and callbacks
+    that hand a message's fields to :meth:`_accept_joint_state` / :meth:`_accept_twist`.
+    """
+
+    def __init__(self, features: RobotFeatures, topics: Topics | None, log_every_s: float, logger: logging.Logger) -> None:
+        """Describe the robot (``features``, as its own description declares it) and its topics."""
+        self.features = features
+        self.topics = topics or Topics()
+        self.rejected = ThrottledLog(logger, f"robot {features.name!r}: malformed {self.topics.joint_states}", log_every_s)
+        """Malformed joint states (``count``, ``last_error``)."""
+        self.received = 0
+        """Good joint states received."""
+        self._reading: Reading | None = None
+        self._twist: np.ndarray | None = None
+        self._twist_key = f"command/{self.topics.cmd_vel_name}"
+        self._lock = threading.Lock()
+        self._pub: Any = None
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether the topics are open."""
+        return self._pub is not None
+
+    def _publish(self, command: np.ndarray) -> None:
+        """Publish a checked command (the client's part)."""
+        raise NotImplementedError
+
+    def _command_subscribers(self) -> int:
+        """Subscribers connected to the command topic (the client's part)."""
+        raise NotImplementedError
+
+    def wait_ready(self, timeout_s: float, cancel: threading.Event | None = None) -> bool:
+        """Wait up to ``timeout_s`` (or until ``cancel`` is set) for a first reading and a subscriber
+        on the command topic; return whether both came (a runtime may start without them: it idles
+        until readings arrive).
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._reading is not None and self._pub is not None and self._command_subscribers() > 0:
+                return True
+            if cancel is not None and cancel.wait(0.01):
+                return False
+            if cancel is None:
+                time.sleep(0.01)
+        return False
+
+    def read(self) -> Reading | None:
+        """The newest good reading (``None`` before the first), with the newest Twist as an extra."""
+        if self._pub is None:
+            raise RobotError(f"robot {self.features.name!r}: read() before connect()")
+        with self._lock:
+            reading, twist = self._reading, self._twist
+        if reading is not None and self._twist_key in self.features.extras:
+            extras = dict(reading.extras)
+            extras[self._twist_key] = twist if twist is not None else np.zeros(self.features.extras[self._twist_key])
+            reading = Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
+                              reading.received)
+        return reading
+
+    def send(self, command: np.ndarray) -> np.ndarray:
+        """Publish ``command`` on the command topic; return it (a ROS robot's own clamping is not
+        reported back).
+        """
+        if self._pub is None:
+            raise RobotError(f"robot {self.features.name!r}: send() before connect()")
+        cmd = np.asarray(command, dtype=np.float64).reshape(-1)
+        n = len(self.features.command_joints)
+        if cmd.shape != (n,):
+            raise RobotError(f"robot {self.features.name!r}: expected a command of {n} values, got shape {list(cmd.shape)}")
+        self._publish(cmd)
+        return cmd
+
+    def _accept_joint_state(self, names: Any, position: Any, velocity: Any, effort: Any, stamp: float) -> None:
+        """Keep a JointState's fields as the newest reading when well formed; count and log otherwise."""
+        received = time.monotonic()
+        try:
+            reading = joint_state_reading(self.features, list(names), list(position), list(velocity), list(effort),
+                                          stamp, received, topic=self.topics.joint_states)
+        except MalformedMessage as exc:
+            self.rejected(str(exc))
+            return
+        with self._lock:
+            # The newest received wins (not the newest stamp: a robot whose clock steps back must
+            # not be ignored until its clock catches up).
+            self._reading = reading
+            self.received += 1
+
+    def _accept_twist(self, x: float, y: float, yaw: float) -> None:
+        """Keep the newest velocity command (non-finite ones are refused like a bad joint state)."""
+        value = np.array([x, y, yaw], dtype=np.float64)
+        if not np.all(np.isfinite(value)):
+            self.rejected(f"{self.topics.cmd_vel}: non-finite velocity command {value.tolist()}")
+            return
+        with self._lock:
+            self._twist = value

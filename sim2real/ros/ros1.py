@@ -24,8 +24,6 @@ holds one ROS node, so :class:`Ros1Robot` expects :func:`init_node` (or ``rospy.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 import numpy as np
 import rospy
@@ -34,9 +32,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
-from robolearn.sim2real.ros.common import MalformedMessage, Topics, command_vector, joint_state_reading
-from robolearn.sim2real.ros.node_common import ThrottledLog, log_to_stderr, write_text_atomic
+from robolearn.sim2real.robots.base import Reading, RobotError, RobotFeatures
+from robolearn.sim2real.ros.common import TRAJECTORY_FIELD, Topics, parse_command
+from robolearn.sim2real.ros.node_common import ThrottledLog, TopicRobot, log_to_stderr, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +43,7 @@ __all__ = [
     "log_to_stderr", "parse_command", "write_text_atomic",
 ]
 
-TRAJECTORY_FIELD = {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}
-"""The ``JointTrajectoryPoint`` field that carries each command kind."""
+
 
 
 def init_node(name: str, *, anonymous: bool = False) -> None:
@@ -95,23 +92,6 @@ def command_message(features: RobotFeatures, command_type: str,
     return msg
 
 
-def parse_command(features: RobotFeatures, msg: Float64MultiArray | JointTrajectory,
-                  topic: str = "command") -> np.ndarray:
-    """The command vector in ``msg`` in the robot's joint order, or :class:`MalformedMessage` naming
-    the field (``command.data``, ``command.points[0].effort``, ``command.joint_names``).
-    """
-    if isinstance(msg, JointTrajectory):
-        if len(msg.points) != 1:
-            raise MalformedMessage(f"{topic}.points: expected 1 point (the next command), got {len(msg.points)}")
-        field = TRAJECTORY_FIELD[features.command_kind]
-        names = list(msg.joint_names)
-        if sorted(names) != sorted(features.command_joints):
-            raise MalformedMessage(f"{topic}.joint_names: {names} are not the robot's command joints "
-                                   f"{list(features.command_joints)}")
-        return command_vector(features, getattr(msg.points[0], field), names, topic=f"{topic}.points[0].{field}")
-    return command_vector(features, msg.data, topic=f"{topic}.data")
-
-
 def joint_state_message(features: RobotFeatures, reading: Reading, stamp: rospy.Time | None = None) -> JointState:
     """``reading`` as a JointState of ``features.joints`` (``header.stamp``: ``stamp`` or now)."""
     msg = JointState()
@@ -124,36 +104,17 @@ def joint_state_message(features: RobotFeatures, reading: Reading, stamp: rospy.
     return msg
 
 
-class Ros1Robot(Robot):
-    """A robot behind ROS 1 topics (module doc)."""
+class Ros1Robot(TopicRobot):
+    """A robot behind ROS 1 topics (module doc; the client-free part is :class:`TopicRobot`)."""
 
     def __init__(self, features: RobotFeatures, topics: Topics | None = None, *, queue_size: int = 10,
                  log_every_s: float = 1.0) -> None:
-        """Describe the robot (``features``, as its own description declares it) and its topics.
-
-        ``queue_size`` bounds the command publisher's outgoing queue (a slow subscriber drops the
-        oldest commands, never delays the newest).
+        """Describe the robot and its topics; ``queue_size`` bounds the command publisher's outgoing
+        queue (a slow subscriber drops the oldest commands, never delays the newest).
         """
-        self.features = features
-        self.topics = topics or Topics()
+        super().__init__(features, topics, log_every_s, log)
         self.queue_size = int(queue_size)
-        self.rejected = ThrottledLog(log, f"robot {features.name!r}: malformed {self.topics.joint_states}",
-                                     log_every_s)
-        """Malformed joint states (``count``, ``last_error``)."""
-        self.received = 0
-        """Good joint states received."""
-        self._reading: Reading | None = None
-        self._twist: np.ndarray | None = None
-        self._twist_key = f"command/{self.topics.cmd_vel_name}"
-        self._lock = threading.Lock()
         self._subs: list[rospy.Subscriber] = []
-        self._pub: rospy.Publisher | None = None
-
-    # -- Robot ---------------------------------------------------------------------------------
-    @property
-    def is_connected(self) -> bool:
-        """Whether the topics are open."""
-        return self._pub is not None
 
     def connect(self) -> None:
         """Subscribe to the joint states (and Twist) and advertise the command topic; idempotent."""
@@ -182,72 +143,14 @@ class Ros1Robot(Robot):
             self._pub.unregister()
             self._pub = None
 
-    def wait_ready(self, timeout_s: float, cancel: threading.Event | None = None) -> bool:
-        """Wait up to ``timeout_s`` (or until ``cancel`` is set) for a first reading and a subscriber
-        on the command topic; return whether both came (a runtime may start without them: it idles
-        until readings arrive).
-        """
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not rospy.is_shutdown():
-            if self._reading is not None and self._pub is not None and self._pub.get_num_connections() > 0:
-                return True
-            if cancel is not None and cancel.wait(0.01):
-                return False
-            if cancel is None:
-                time.sleep(0.01)
-        return False
+    def _publish(self, command: np.ndarray) -> None:
+        self._pub.publish(command_message(self.features, self.topics.command_type, command))
 
-    def read(self) -> Reading | None:
-        """The newest good reading (``None`` before the first), with the newest Twist as an extra."""
-        if self._pub is None:
-            raise RobotError(f"robot {self.features.name!r}: read() before connect()")
-        with self._lock:
-            reading, twist = self._reading, self._twist
-        if reading is not None and self._twist_key in self.features.extras:
-            extras = dict(reading.extras)
-            width = self.features.extras[self._twist_key]
-            extras[self._twist_key] = twist if twist is not None else np.zeros(width)
-            reading = Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
-                              reading.received)
-        return reading
+    def _command_subscribers(self) -> int:
+        return self._pub.get_num_connections()
 
-    def send(self, command: np.ndarray) -> np.ndarray:
-        """Publish ``command`` on the command topic; return it (a ROS robot's own clamping is not
-        reported back).
-        """
-        pub = self._pub
-        if pub is None:
-            raise RobotError(f"robot {self.features.name!r}: send() before connect()")
-        cmd = np.asarray(command, dtype=np.float64).reshape(-1)
-        n = len(self.features.command_joints)
-        if cmd.shape != (n,):
-            raise RobotError(f"robot {self.features.name!r}: expected a command of {n} values, "
-                             f"got shape {list(cmd.shape)}")
-        pub.publish(command_message(self.features, self.topics.command_type, cmd))
-        return cmd
-
-    # -- callbacks (rospy's receive threads) --------------------------------------------------
     def _on_joint_state(self, msg: JointState) -> None:
-        """Keep ``msg`` as the newest reading when it is well formed; count and log it otherwise."""
-        received = time.monotonic()
-        try:
-            reading = joint_state_reading(self.features, msg.name, msg.position, msg.velocity, msg.effort,
-                                          msg.header.stamp.to_sec(), received, topic=self.topics.joint_states)
-        except MalformedMessage as exc:
-            self.rejected(str(exc))
-            return
-        with self._lock:
-            # The newest received wins (not the newest stamp: a robot whose clock steps back must
-            # not be ignored until its clock catches up).
-            self._reading = reading
-            self.received += 1
+        self._accept_joint_state(msg.name, msg.position, msg.velocity, msg.effort, msg.header.stamp.to_sec())
 
     def _on_twist(self, msg: Twist) -> None:
-        """Keep the newest velocity command (non-finite ones are refused like a bad joint state)."""
-        value = np.array([msg.linear.x, msg.linear.y, msg.angular.z], dtype=np.float64)
-        if not np.all(np.isfinite(value)):
-            self.rejected(f"{self.topics.cmd_vel}: non-finite velocity command {value.tolist()}")
-            return
-        with self._lock:
-            self._twist = value
-
+        self._accept_twist(msg.linear.x, msg.linear.y, msg.angular.z)

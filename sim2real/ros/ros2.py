@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import numpy as np
 import rclpy
@@ -33,14 +32,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
-from robolearn.sim2real.ros.common import MalformedMessage, Topics, command_vector, joint_state_reading
-from robolearn.sim2real.ros.node_common import ThrottledLog
+from robolearn.sim2real.robots.base import Reading, RobotFeatures
+from robolearn.sim2real.ros.common import TRAJECTORY_FIELD, Topics
+from robolearn.sim2real.ros.node_common import TopicRobot
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_FIELD = {"torque": "effort", "joint_pos": "positions", "joint_vel": "velocities"}
-"""The ``JointTrajectoryPoint`` field that carries each command kind."""
+
 CONTROL_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 """Joint states and commands: reliable, a short queue (the newest matters)."""
 LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -109,20 +107,6 @@ def command_message(features: RobotFeatures, command_type: str, command: np.ndar
     return msg
 
 
-def parse_command(features: RobotFeatures, msg: Float64MultiArray | JointTrajectory, topic: str = "command") -> np.ndarray:
-    """The command in ``msg`` in the robot's joint order, or :class:`MalformedMessage` naming the field."""
-    if isinstance(msg, JointTrajectory):
-        if len(msg.points) != 1:
-            raise MalformedMessage(f"{topic}.points: expected 1 point (the next command), got {len(msg.points)}")
-        field = TRAJECTORY_FIELD[features.command_kind]
-        names = list(msg.joint_names)
-        if sorted(names) != sorted(features.command_joints):
-            raise MalformedMessage(f"{topic}.joint_names: {names} are not the robot's command joints "
-                                   f"{list(features.command_joints)}")
-        return command_vector(features, list(getattr(msg.points[0], field)), names, topic=f"{topic}.points[0].{field}")
-    return command_vector(features, list(msg.data), topic=f"{topic}.data")
-
-
 def joint_state_message(features: RobotFeatures, reading: Reading, now_ns: int) -> JointState:
     """``reading`` as a JointState of ``features.joints`` stamped ``now_ns`` (ROS time)."""
     msg = JointState()
@@ -136,29 +120,16 @@ def joint_state_message(features: RobotFeatures, reading: Reading, now_ns: int) 
     return msg
 
 
-class Ros2Robot(Robot):
-    """A robot behind ROS 2 topics (module doc), on the node of a :class:`Spinner`."""
+class Ros2Robot(TopicRobot):
+    """A robot behind ROS 2 topics (module doc), on the node of a :class:`Spinner` (the client-free
+    part is :class:`~robolearn.sim2real.ros.node_common.TopicRobot`).
+    """
 
     def __init__(self, features: RobotFeatures, node: Node, topics: Topics | None = None, *, log_every_s: float = 1.0) -> None:
         """Describe the robot and its topics; ``node`` is this process's spun node."""
-        self.features = features
+        super().__init__(features, topics, log_every_s, log)
         self.node = node
-        self.topics = topics or Topics()
-        self.rejected = ThrottledLog(log, f"robot {features.name!r}: malformed {self.topics.joint_states}", log_every_s)
-        """Malformed joint states (``count``, ``last_error``)."""
-        self.received = 0
-        """Good joint states received."""
-        self._reading: Reading | None = None
-        self._twist: np.ndarray | None = None
-        self._twist_key = f"command/{self.topics.cmd_vel_name}"
-        self._lock = threading.Lock()
         self._subs: list = []
-        self._pub = None
-
-    @property
-    def is_connected(self) -> bool:
-        """Whether the topics are open."""
-        return self._pub is not None
 
     def connect(self) -> None:
         """Subscribe to the joint states (and Twist), create the command publisher; idempotent."""
@@ -181,62 +152,15 @@ class Ros2Robot(Robot):
             self.node.destroy_publisher(self._pub)
             self._pub = None
 
-    def wait_ready(self, timeout_s: float, cancel: threading.Event | None = None) -> bool:
-        """Wait up to ``timeout_s`` for a first reading and a command subscriber; return whether both came."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._reading is not None and self._pub is not None and self._pub.get_subscription_count() > 0:
-                return True
-            if cancel is not None and cancel.wait(0.01):
-                return False
-            if cancel is None:
-                time.sleep(0.01)
-        return False
+    def _publish(self, command: np.ndarray) -> None:
+        self._pub.publish(command_message(self.features, self.topics.command_type, command))
 
-    def read(self) -> Reading | None:
-        """The newest good reading (``None`` before the first), with the newest Twist as an extra."""
-        if self._pub is None:
-            raise RobotError(f"robot {self.features.name!r}: read() before connect()")
-        with self._lock:
-            reading, twist = self._reading, self._twist
-        if reading is not None and self._twist_key in self.features.extras:
-            extras = dict(reading.extras)
-            extras[self._twist_key] = twist if twist is not None else np.zeros(self.features.extras[self._twist_key])
-            reading = Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
-                              reading.received)
-        return reading
-
-    def send(self, command: np.ndarray) -> np.ndarray:
-        """Publish ``command``; return it."""
-        pub = self._pub
-        if pub is None:
-            raise RobotError(f"robot {self.features.name!r}: send() before connect()")
-        cmd = np.asarray(command, dtype=np.float64).reshape(-1)
-        n = len(self.features.command_joints)
-        if cmd.shape != (n,):
-            raise RobotError(f"robot {self.features.name!r}: expected a command of {n} values, got shape {list(cmd.shape)}")
-        pub.publish(command_message(self.features, self.topics.command_type, cmd))
-        return cmd
+    def _command_subscribers(self) -> int:
+        return self._pub.get_subscription_count()
 
     def _on_joint_state(self, msg: JointState) -> None:
-        """Keep ``msg`` as the newest reading when well formed; count and log it otherwise."""
-        received = time.monotonic()
-        stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
-        try:
-            reading = joint_state_reading(self.features, list(msg.name), list(msg.position), list(msg.velocity),
-                                          list(msg.effort), stamp, received, topic=self.topics.joint_states)
-        except MalformedMessage as exc:
-            self.rejected(str(exc))
-            return
-        with self._lock:
-            self._reading = reading
-            self.received += 1
+        self._accept_joint_state(msg.name, msg.position, msg.velocity, msg.effort,
+                                 msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
 
     def _on_twist(self, msg: Twist) -> None:
-        """Keep the newest velocity command (non-finite ones refused)."""
-        value = np.array([msg.linear.x, msg.linear.y, msg.angular.z], dtype=np.float64)
-        if not np.all(np.isfinite(value)):
-            self.rejected(f"{self.topics.cmd_vel}: non-finite velocity command {value.tolist()}")
-            return
-        with self._lock:
-            self._twist = value
+        self._accept_twist(msg.linear.x, msg.linear.y, msg.angular.z)

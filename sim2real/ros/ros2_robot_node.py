@@ -22,7 +22,7 @@ import logging
 import sys
 
 from robolearn.sim2real.robots.base import Reading
-from robolearn.sim2real.ros.common import Topics
+from robolearn.sim2real.ros.common import Topics, parse_command
 from robolearn.sim2real.ros.node_common import (
     LOG_FORMAT,
     RobotNode,
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     body = RobotNode(robot, Transport(), args, topics, log)
     node.create_subscription(ros2.command_class(topics.command_type), command_topic,
-                             lambda m: body.on_command(lambda: ros2.parse_command(features, m, topics.command)),
+                             lambda m: body.on_command(lambda: parse_command(features, m, topics.command)),
                              ros2.CONTROL_QOS)
     node.create_subscription(Bool, topics.name(topics.estop), lambda m: body.on_estop(bool(m.data)), 10)
     log.info("%s: %s (%g Hz, %s commands on %s as %s)", NODE, args.task, features.rate_hz, features.command_kind,
