@@ -191,6 +191,13 @@ def deploy_command(argv: list[str]) -> int:
 
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
+        print("settings (key=value; defaults):")
+        for name, value in asdict(DeployConfig(policy="-")).items():
+            if isinstance(value, dict):
+                for sub, v in value.items():
+                    print(f"  {name}.{sub}={v}")
+            else:
+                print(f"  {name}={'null' if value is None or name == 'policy' else value}")
         return 0
     try:
         cfg = read_config(argv)
