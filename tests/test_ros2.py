@@ -1,11 +1,13 @@
-"""ROS 2 for real: robot node, policy node and a probe node over Fast DDS, inside ``unshare -n``.
+"""ROS 2 for real: robot nodes, policy nodes and a probe node over Fast DDS, inside ``unshare -n``.
 
 DDS must never send a packet off this machine, so the whole scenario runs in a fresh network
-namespace with only loopback up (``unshare -n``; ``ip link set lo up``). rclpy lives in the ROS 2
-venv (``.venv-ros2``, made by ``scripts/setup.sh``; its std_msgs would shadow ROS 1's here), so
-the scenario is :mod:`robolearn.sim2real.ros.ros2_probe` run by that interpreter; it prints its
-measurements as JSON and the assertions are here. Where the venv, ``unshare -n`` or ``ip`` is
-missing the test is skipped with the reason.
+namespace with only loopback up (``unshare -n``; ``ip link set lo up``), and in a fresh PID
+namespace where the system allows one, so that every process of the scenario dies with it even
+when the scenario hangs (``--kill-child``). rclpy lives in the ROS 2 venv (``.venv-ros2``, made by
+``scripts/setup.sh``; its std_msgs would shadow ROS 1's here), so the scenario is
+:mod:`robolearn.sim2real.ros.ros2_probe` run by that interpreter; it prints its measurements as JSON
+and the assertions are here. Where the venv, ``unshare -n`` or ``ip`` is missing the tests are
+skipped with the reason.
 """
 
 from __future__ import annotations
@@ -16,92 +18,195 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from robolearn.data import Dataset
+from robolearn.sim2real.deploy.safety import Intervention
 from tests.deploy_support import export_cartpole_lqr
+
+pytestmark = pytest.mark.ros
 
 REPO = Path(__file__).resolve().parents[1]
 ROS2_PYTHON = Path(os.environ.get("ROBOLEARN_ROS2_PYTHON", REPO / ".venv-ros2" / "bin" / "python"))
+ENV = {"RMW_IMPLEMENTATION": "rmw_fastrtps_cpp", "ROS_DOMAIN_ID": "42", "ROS_LOCALHOST_ONLY": "1",
+       "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+"""The scenario's environment: a fixed domain, Fast DDS, and localhost-only discovery besides the
+namespace (belt and braces)."""
+BALANCE_S = 10.0
+EFFORT_LIMIT = 1.0
+"""Cartpole-Balance's cart force limit (the robot node's features)."""
 
 
-def _unavailable() -> str | None:
-    """Why the ROS 2 scenario cannot run here (``None``: it can)."""
+def _namespace_command() -> tuple[list[str] | None, str]:
+    """The ``unshare`` command line of the scenario's namespaces, or ``None`` and why there is none."""
     if not ROS2_PYTHON.exists():
-        return f"no ROS 2 interpreter at {ROS2_PYTHON} (scripts/setup.sh makes .venv-ros2)"
+        return None, f"no ROS 2 interpreter at {ROS2_PYTHON} (scripts/setup.sh makes .venv-ros2)"
     if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return "unshare or ip (util-linux, iproute2) is missing: ROS 2 only runs in a private network namespace"
+        return None, "unshare or ip (util-linux, iproute2) is missing: ROS 2 only runs in a private network namespace"
     probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
-        return f"unshare -n is not permitted here ({probe.stderr.strip()}): ROS 2 must not run on the shared network"
-    check = subprocess.run(["unshare", "-n", "sh", "-c", f"ip link set lo up && {ROS2_PYTHON} -c 'import rclpy, robolearn'"],
+        return None, f"unshare -n is not permitted here ({probe.stderr.strip()}): ROS 2 must not run on the shared network"
+    # A PID namespace as well where allowed: its processes all die with its first one.
+    pid = subprocess.run(["unshare", "-n", "-p", "-f", "true"], capture_output=True, text=True)
+    unshare = ["unshare", "-n", "-p", "-f", "--kill-child"] if pid.returncode == 0 else ["unshare", "-n", "--kill-child"]
+    check = subprocess.run([*unshare, "sh", "-c", f"ip link set lo up && {ROS2_PYTHON} -c 'import rclpy, robolearn'"],
                            capture_output=True, text=True, timeout=120)
     if check.returncode != 0:
-        return f"the ROS 2 venv cannot import rclpy and robolearn: {check.stderr.strip()[-300:]}"
-    return None
+        return None, f"the ROS 2 venv cannot import rclpy and robolearn: {check.stderr.strip()[-300:]}"
+    return unshare, ""
 
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    reason = _unavailable()
-    if reason:
+    """The probe's measurements (``ros2_probe`` module doc), its logs under ``"logs"``."""
+    unshare, reason = _namespace_command()
+    if unshare is None:
         pytest.skip(reason)
     work = tmp_path_factory.mktemp("ros2")
     policy = export_cartpole_lqr(work / "policy")
-    env = {**os.environ, "RMW_IMPLEMENTATION": "rmw_fastrtps_cpp", "ROS_DOMAIN_ID": "42", "ROS_LOCALHOST_ONLY": "1",
-           "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     command = (f"ip link set lo up && exec {ROS2_PYTHON} -m robolearn.sim2real.ros.ros2_probe "
-               f"--policy {policy} --workdir {work / 'run'} --balance-s 10 --max-delta 0.5")
-    # everything runs in the namespace and dies with it; the timeout ends a hung scenario
-    out = subprocess.run(["unshare", "-n", "--kill-child", "sh", "-c", command], capture_output=True, text=True,
-                         timeout=420, env=env, cwd=REPO)
+               f"--policy {policy} --workdir {work / 'run'} --balance-s {BALANCE_S}")
+    # Everything runs in the namespaces and dies with them; the timeout ends a hung scenario.
+    out = subprocess.run([*unshare, "sh", "-c", command], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **ENV}, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    print(json.dumps(result, indent=1))
-    logs = {p.name: p.read_text()[-2000:] for p in (work / "run").glob("*.log")}
-    return {"result": result, "logs": logs}
+    result["logs"] = {p.name: p.read_text()[-2000:] for p in (work / "run").glob("*.log")}
+    for key in ("error", "error_b", "error_c"):
+        assert key not in result, (result[key], result["logs"])
+    return result
 
 
-@pytest.mark.ros
-def test_ros2_policy_balances_the_cartpole_at_the_manifest_rate_within_limits(scenario: dict) -> None:
-    r = scenario["result"]
-    assert "error" not in r, scenario["logs"]
-    assert r["balance_states"] >= 900  # 10 s at 100 Hz, seen by a third node
-    assert r["balance_max_abs_angle"] < 0.1  # upright all along (the task's success is 10 degrees)
-    assert r["balance_mean_reward"] > 0.99
-    assert 90.0 <= r["command_rate_hz"] <= 110.0  # the manifest's 100 Hz within 10 %
-    assert r["command_max_abs"] <= 1.0 + 1e-9  # the cart's effort limit
-    assert r["command_max_step"] <= 0.5 + 1e-9  # the configured per-step change
+def test_policy_balances_the_cartpole_robot_node_for_10_s(scenario: dict) -> None:
+    """The LQR policy node keeps the robot node's pole up from its first command on."""
+    b = scenario["balance"]
+    print(f"\nbalance: {json.dumps(b)}")
+    assert b["states"] >= 0.9 * BALANCE_S * 100  # joint states at 100 Hz, seen by a third node
+    assert b["resets"] == 0  # the pole never fell
+    assert b["max_abs_angle"] < 0.1  # upright all along (the task's success is 10 degrees)
+    assert b["max_abs_angle_last_s"] < 0.01  # and settled
+    assert b["mean_reward"] > 0.99
 
 
-@pytest.mark.ros
-def test_ros2_robot_holds_when_the_policy_dies_and_policy_stops_when_the_robot_dies(scenario: dict) -> None:
-    r = scenario["result"]
-    assert r["hold_latency_s"] is not None and r["hold_latency_s"] < 0.3  # robot-side watchdog 0.1 s
-    assert r["second_policy_ran"]
-    statuses = r["after_robot_kill_statuses"]
+def test_command_rate_is_the_manifests_within_10_percent(scenario: dict) -> None:
+    """Commands arrive at 100 Hz (+-10 %), measured from their receipt by the probe."""
+    c = scenario["commands"]
+    print(f"\ncommand rate {c['rate_hz']:.2f} Hz over {c['count']} commands; period ms {c['period_ms']}")
+    assert 90.0 <= c["rate_hz"] <= 110.0
+
+
+def test_every_command_is_within_the_effort_limit_and_the_per_step_change(scenario: dict) -> None:
+    """Every command, from the first (the probe was matched before the policy sent any), is within
+    the robot's effort limit and the safety layer's ``max_delta`` of the one before."""
+    c = scenario["commands"]
+    max_delta = scenario["safety_a"]["max_delta"]
+    print(f"\n|command| max {c['max_abs']:.4f} (limit {EFFORT_LIMIT}); |change| {c['step']} (limit {max_delta}); "
+          f"first {c['first']}; policy sent {c['policy_sent']}, probe received {c['received_by_then']}; "
+          f"interventions { {k: v for k, v in c['interventions'].items() if v} }")
+    assert c["received_by_then"] >= c["policy_sent"]  # none missed: the limits were checked on all
+    assert abs(c["first"]) <= max_delta + 1e-12  # the first command came from zero
+    assert c["max_abs"] <= EFFORT_LIMIT + 1e-12
+    assert c["max_step"] <= max_delta + 1e-9
+    assert c["interventions"]["rate"] > 0  # the change limit did act (the LQR's first wish is ~0.03)
+    assert c["max_abs"] > 0.01  # and so did the policy
+
+
+def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(scenario: dict) -> None:
+    """SIGKILL on the policy node: the robot node's watchdog (0.1 s) holds; a new policy takes over."""
+    latency = scenario["hold_latency_s"]
+    print(f"\nhold {latency if latency is None else round(latency * 1e3, 1)} ms after the policy's SIGKILL")
+    assert latency is not None and 0.05 < latency < 0.3
+    assert scenario["second_policy_ran"]  # --robot from-topic: the latched description
+
+
+def test_killing_the_robot_makes_the_policy_stale_then_lost_and_silent(scenario: dict) -> None:
+    """SIGKILL on the robot node: the policy reports ``stale`` (0.1 s), then ``lost`` (0.5 s) and
+    sends nothing more."""
+    statuses = scenario["after_robot_kill_statuses"]
+    print(f"\nafter the robot's SIGKILL: {statuses}; stale after {scenario['stale_after_s']} s, "
+          f"lost after {scenario['lost_after_s']} s")
     assert "stale" in statuses and statuses[-1] == "lost", statuses
-    assert r["stale_after_s"] < r["lost_after_s"] < 2.0
-    assert r["commands_after_lost"] == 0
+    assert scenario["stale_after_s"] < scenario["lost_after_s"] < 2.0
+    assert scenario["commands_after_lost"] == 0
 
 
-@pytest.mark.ros
-def test_ros2_estop_latches_at_policy_and_robot(scenario: dict) -> None:
-    r = scenario["result"]
-    assert r["estop_statuses"] == ["estop"]  # fresh good readings kept coming for a second
-    assert r["estop_commands"] == [0.0]  # the torque hold at rest: -kd * 0
-    assert r["robot_estop"] == {"estop": True, "holding": True, "commands_applied_after": 0}
-
-
-@pytest.mark.ros
-def test_ros2_malformed_messages_are_rejected_and_the_robot_held(scenario: dict) -> None:
-    r = scenario["result"]
+def test_malformed_joint_states_are_rejected_and_the_policy_holds(scenario: dict) -> None:
+    """Wrong names, wrong lengths, NaN: counted, named in ``policy_status``, the robot held (stale)
+    and running again on good readings."""
     expected = {"names": "name lacks joints ['slider', 'hinge']", "lengths": "position has 1 values for 2 names",
                 "nan": "position of ['hinge'] is not finite"}
     for kind, text in expected.items():
-        got = r["malformed_joint_states"][kind]
+        got = scenario["malformed_joint_states"][kind]
+        print(f"\n{kind}: {got}")
         assert got["malformed_added"] > 10 and text in got["last_error"], got
-        assert got["status"] in ("stale", "lost")  # held: no command computed from a bad message
+        assert got["status"] == "stale"  # held: no command computed from a bad message
         assert got["recovered"] == "run"
-    bad = r["malformed_commands"]
-    assert bad["rejected"] > 10 and bad["commands"] == 0 and bad["holding"] is True
-    assert "non-finite command" in bad["last_error"]
+
+
+def test_policy_estop_latches_against_good_readings(scenario: dict) -> None:
+    """``estop`` true: the policy sends the hold (-damping * 0 at rest) while good readings go on."""
+    print(f"\ne-stop reported after {scenario['estop_reported_after_s']:.3f} s; statuses {scenario['estop_statuses']}")
+    assert scenario["estop_statuses"] == ["estop"]
+    assert scenario["estop_commands"] == [0.0]
+
+
+def test_sigterm_stops_the_policy_node_and_saves_its_telemetry(scenario: dict) -> None:
+    """The parameter-file policy node exits 0 on SIGTERM, reports ``stopped`` and saves a dataset
+    with the stale and e-stop steps flagged."""
+    assert scenario["policy_b_exit"] == 0, scenario["logs"]["policy_b.log"]
+    assert scenario["policy_b_final_status"] == "stopped"
+    data = Dataset.load(scenario["telemetry_b"])
+    flags = data.infos["interventions"].numpy()
+    print(f"\ntelemetry: {len(data)} steps")
+    assert len(data) >= 100 and data.metadata.extra["rewards"] == "unlabelled"
+    assert np.any(flags & int(Intervention.STALE)) and np.any(flags & int(Intervention.ESTOP))
+    assert "SIGTERM; stopping" in scenario["logs"]["policy_b.log"]
+
+
+def test_robot_node_rejects_malformed_trajectories_and_keeps_holding(scenario: dict) -> None:
+    """Wrong joint names, wrong length, NaN, two points: each rejected naming the field, none
+    applied, the robot holding; good trajectories are applied."""
+    expected = {"names": "command.joint_names: ['cart'] are not the robot's command joints ['slider']",
+                "lengths": "command.points[0].effort: 2 values for 1 joint_names",
+                "nan": "command.points[0].effort: non-finite command [nan]",
+                "points": "command.points: expected 1 point (the next command), got 2"}
+    for kind, text in expected.items():
+        got = scenario["malformed_commands"][kind]
+        print(f"\n{kind}: {got}")
+        assert got["rejected_added"] > 10 and got["last_error"] == text, got
+        assert got["commands"] == 0 and got["holding"] is True
+    good = scenario["good_commands"]
+    assert good["commands"] > 10 and good["holding"] is False
+
+
+def test_robot_node_estop_latches(scenario: dict) -> None:
+    """``estop`` true at the robot node: it holds and ignores good commands from then on."""
+    assert scenario["robot_estop"] == {"estop": True, "holding": True, "commands_applied_after": 0}
+
+
+def test_ros2_robot_reads_joint_states_and_twist_and_publishes_trajectories(scenario: dict) -> None:
+    """Ros2Robot: a JointState becomes a Reading (header stamp, receipt time, the robot's joint
+    order), a Twist the ``command/base_velocity`` extra, ``send`` a JointTrajectory in the field of
+    the command kind; a malformed state is counted and the last good reading kept."""
+    p = scenario["pieces"]
+    assert p["read_before_connect"] == "robot 'arm': read() before connect()"
+    assert p["first_read"] == "None"
+    assert p["reading"] == {"stamp": 1234.5, "received_in_window": True, "joint_pos": [1.0, 2.0, 3.0],
+                            "joint_vel": [0.1, 0.2, 0.3], "twist_before": [0.0, 0.0, 0.0]}
+    assert p["twist"] == [0.5, -0.1, 0.3]
+    assert p["rejected"] == 1 and "position of ['shoulder'] is not finite" in p["rejected_last"]
+    assert p["kept_joint_pos"] == [1.0, 2.0, 3.0]
+    assert p["sent"] == [0.1, 0.2]
+    assert p["command_msg"] == {"joint_names": ["shoulder", "elbow"], "positions": [0.1, 0.2], "effort": [],
+                                "time_from_start": pytest.approx(0.02), "parsed": [0.1, 0.2]}
+    assert p["bad_send"] == "robot 'arm': expected a command of 2 values, got shape [3]"
+    assert p["connected_after_disconnect"] is False
+
+
+def test_policy_node_refuses_a_robot_that_does_not_fit(scenario: dict) -> None:
+    """A policy node given another robot exits 2, naming each mismatch."""
+    assert scenario["misfit_exit"] == 2, scenario["misfit_log"]
+    for text in ("command joints: the policy commands 1 joints ['slider']", "control rate: the policy was trained at "
+                 "100 Hz, the robot runs at 50 Hz", "observations.policy.pole_cos_sin: needs joint 'hinge'"):
+        assert text in scenario["misfit_log"]
