@@ -276,9 +276,12 @@ def phase_b(node: Any, args: argparse.Namespace, work: Path, features: Path, out
                           "lengths": (["slider", "hinge"], [0.0], [0.0, 0.0]),
                           "nan": (["slider", "hinge"], [0.0, math.nan], [0.0, 0.0])}.items():
             before = w.last(w.policy).get("malformed", 0)
+            t0 = time.monotonic()
             stream(0.5, *msg)
             st = w.last(w.policy)
-            results[kind] = {"malformed_added": st.get("malformed", 0) - before, "status": st.get("status"),
+            # statuses once the last good reading is 0.2 s old: stale (hold) until 0.5 s, then lost
+            results[kind] = {"malformed_added": st.get("malformed", 0) - before,
+                             "statuses": sorted({s.get("status") for _, s in w.since(w.policy, t0 + 0.2)}),
                              "last_error": st.get("malformed_last", "")}
             stream(0.3, *good)  # fresh good readings: running again
             results[kind]["recovered"] = w.last(w.policy).get("status")
