@@ -46,6 +46,7 @@ from robolearn.sim2real.ros.node_common import (
     drive_policy,
     load_features,
     policy_settings,
+    tune_process,
 )
 
 log = logging.getLogger("robolearn.sim2real.ros.ros1_policy_node")
@@ -85,8 +86,8 @@ def features_from_params(rospy: Any, name: str, wait_s: float) -> RobotFeatures:
 def main(argv: list[str] | None = None) -> int:
     """Run the node (module doc); return the exit status."""
     args = build_parser().parse_args(argv)
-    sys.setswitchinterval(args.switch_interval)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    tune_process(args, log)
     settings = policy_settings(args, NODE)
     topics = settings.topics
 

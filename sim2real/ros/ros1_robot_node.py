@@ -38,7 +38,13 @@ import sys
 
 from robolearn.sim2real.robots.base import Reading
 from robolearn.sim2real.ros.common import Topics
-from robolearn.sim2real.ros.node_common import LOG_FORMAT, RobotNode, add_robot_arguments, start_robot
+from robolearn.sim2real.ros.node_common import (
+    LOG_FORMAT,
+    RobotNode,
+    add_robot_arguments,
+    start_robot,
+    tune_process,
+)
 
 log = logging.getLogger("robolearn.sim2real.ros.ros1_robot_node")
 
@@ -57,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the node (module doc); return the exit status."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    tune_process(args, log)
     # rospy fixes a node's namespace when first imported: set it before the bridge imports rospy.
     os.environ["ROS_NAMESPACE"] = args.namespace
     import rospy

@@ -34,6 +34,7 @@ from robolearn.sim2real.ros.node_common import (
     load_features,
     log_to_stderr,
     policy_settings,
+    tune_process,
 )
 
 log = logging.getLogger("robolearn.sim2real.ros.ros2_policy_node")
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m robolearn.sim2real.ros.ros2_policy_node",
         description="Run an exported policy on a robot behind ROS 2 topics.")).parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
-    sys.setswitchinterval(args.switch_interval)
+    tune_process(args, log)
     settings = policy_settings(args, NODE)
     topics = settings.topics
     from std_msgs.msg import Bool, String

@@ -29,6 +29,7 @@ from robolearn.sim2real.ros.node_common import (
     add_robot_arguments,
     log_to_stderr,
     start_robot,
+    tune_process,
 )
 
 log = logging.getLogger("robolearn.sim2real.ros.ros2_robot_node")
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m robolearn.sim2real.ros.ros2_robot_node",
         description="A simulated robot (one MuJoCo world of a task) as a ROS 2 node.")).parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    tune_process(args, log)
     from std_msgs.msg import Bool, Float64, String
 
     from robolearn.sim2real.ros import ros2
