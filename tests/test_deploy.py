@@ -380,3 +380,56 @@ print(repr(banned), float(robot.sent[0]))
     assert banned == "[]"
     expected = _lqr_action(np.array([0.1, math.cos(0.05), math.sin(0.05), 0.0, 0.0]))
     assert float(sent) == pytest.approx(float(np.clip(expected, -1, 1)), abs=1e-5)
+
+
+# -- a position-controlled robot -------------------------------------------------------------------
+def _cheetah_servo() -> object:
+    """HalfCheetah with PD position servos (``joint_pos`` actions around the default pose)."""
+    from robolearn.envs import ActionTerm
+
+    cfg = task_cfg("HalfCheetah")
+    cfg.actions = {"pd": ActionTerm(kind="joint_pos", kp=40.0, kd=2.0, scale=0.5, offset="default")}
+    return cfg
+
+
+def test_position_robot_staged_start_and_limits_on_real_physics(tmp_path: Path) -> None:
+    """A position-controlled simulated robot (PD servos): the staged start moves the targets from
+    the measured pose to the default pose along a line, then a policy asking for far-away targets
+    gets them clamped to the joint ranges and rate-limited by the joints' velocity limits."""
+    from robolearn.export import export_policy
+
+    name = "Test-Deploy-CheetahServo"
+    if name not in _REGISTRY:
+        register(name, _cheetah_servo, "HalfCheetah with PD position servos (deploy tests)")
+    robot = SimulatedRobot(name, seed=0, velocity_limit=5.0)
+    spec = robot.env.policy_spec()
+    assert robot.features.command_kind == "joint_pos"
+    joints = list(robot.features.command_joints)
+    limits = np.array(robot.features.position_limits)
+    assert np.isfinite(limits).all()  # HalfCheetah's joints have ranges: the clamp can bite
+
+    class Far(torch.nn.Module):  # a policy that always asks for targets beyond every range
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.full((obs.shape[0], len(joints)), 10.0) + 0.0 * obs[:, :1]
+
+    export_policy(Far(), spec, tmp_path / "far", ("onnx",), parity_samples=4)
+    runtime = DeployRuntime(load_exported(tmp_path / "far"), robot, SafetyConfig(ramp_s=0.5, exit_s=0.0),
+                            clock=robot.clock)
+    with robot:
+        start = robot.read().joint_pos[robot.features.command_index].copy()
+        for _ in range(80):  # 4 s at 20 Hz
+            runtime.step()
+    sent = np.stack(runtime.telemetry.sent)
+    flags = np.array(runtime.telemetry.scalars["interventions"], dtype=np.int64)
+    default = np.array(robot.features.default_pose)
+    ramp = (flags & int(Intervention.RAMP)) != 0
+    assert ramp[:10].all() and not ramp[12:].any()  # 0.5 s at 20 Hz
+    # the ramp's targets lie on the line from the measured start to the default pose
+    k = 5
+    expected = start + (k / 10) * (default - start)
+    np.testing.assert_allclose(sent[k], np.clip(expected, limits[:, 0], limits[:, 1]), atol=1e-9)
+    # after it, the policy's 10 rad targets: within the ranges, moving at most 5 rad/s * 0.05 s a step
+    assert (sent >= limits[:, 0] - 1e-12).all() and (sent <= limits[:, 1] + 1e-12).all()
+    assert np.abs(np.diff(sent, axis=0)).max() <= 5.0 / robot.features.rate_hz + 1e-9
+    np.testing.assert_allclose(sent[-1], limits[:, 1])  # reached the upper ends and held there
+    assert ((flags[20:] & int(Intervention.POSITION)) != 0).all()
