@@ -162,6 +162,16 @@ def load_features(source: str, where: str = "--robot") -> RobotFeatures:
     return RobotFeatures.from_dict(data, f"{where}={path}")
 
 
+def _add_process_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags that tune a node's process (:func:`tune_process`)."""
+    p.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_S,
+                   help="Python's thread switch interval in seconds (sys.setswitchinterval)")
+    p.add_argument("--fifo-priority", type=int, default=0,
+                   help="run under SCHED_FIFO at this priority (1-99; needs CAP_SYS_NICE), as a robot's control "
+                        "computer would; 0: the default scheduler")
+    return p
+
+
 def add_policy_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The policy node's flags, the same for both ROS versions."""
     p.add_argument("--policy", default=None, help="exported policy folder (manifest.json + network)")
@@ -179,12 +189,7 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
     p.add_argument("--wait", type=float, default=30.0,
                    help="seconds to wait for the robot's features and its first reading")
-    p.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_S,
-                   help="Python's thread switch interval in seconds (sys.setswitchinterval)")
-    p.add_argument("--fifo-priority", type=int, default=0,
-                   help="run under SCHED_FIFO at this priority (1-99; needs CAP_SYS_NICE), as a robot's control "
-                        "computer would; 0: the default scheduler")
-    return p
+    return _add_process_arguments(p)
 
 
 def add_robot_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -202,12 +207,7 @@ def add_robot_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--wait-for-policy", type=float, default=0.0,
                    help="seconds to wait for a command publisher before the world starts (0: start at once)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
-    p.add_argument("--switch-interval", type=float, default=SWITCH_INTERVAL_S,
-                   help="Python's thread switch interval in seconds (sys.setswitchinterval)")
-    p.add_argument("--fifo-priority", type=int, default=0,
-                   help="run under SCHED_FIFO at this priority (1-99; needs CAP_SYS_NICE), as a robot's control "
-                        "computer would; 0: the default scheduler")
-    return p
+    return _add_process_arguments(p)
 
 
 @dataclass
