@@ -433,3 +433,13 @@ def test_position_robot_staged_start_and_limits_on_real_physics(tmp_path: Path) 
     assert np.abs(np.diff(sent, axis=0)).max() <= 5.0 / robot.features.rate_hz + 1e-9
     np.testing.assert_allclose(sent[-1], limits[:, 1])  # reached the upper ends and held there
     assert ((flags[20:] & int(Intervention.POSITION)) != 0).all()
+
+
+def test_a_manifest_without_term_params_says_to_export_again(lqr: Path) -> None:
+    """A policy exported before spec version 3 (no term parameters) is refused with the way out."""
+    spec = read_manifest(lqr).spec
+    group = spec.observations["policy"]
+    old = dataclasses.replace(spec, observations={"policy": dataclasses.replace(
+        group, terms=tuple(dataclasses.replace(t, params={}) for t in group.terms))})
+    problems = check_robot(old, "policy", SimulatedRobot("Cartpole-Balance").features)
+    assert any("cart_pos" in p and "written before policy spec version 3" in p for p in problems), problems

@@ -88,6 +88,14 @@ class ObservationAdapter:
 
     def _reader(self, term: ObsTermSpec) -> tuple[TermReader, str]:
         """The reader of one term and, when it cannot be read, why."""
+        reader, problem = self._reader_of(term)
+        if problem and not term.params and term.source in (MDP + "qpos", MDP + "qvel", MDP + "hinge_cos_sin"):
+            problem += ("; the manifest records no parameters for it (written before policy spec version 3): "
+                        "export the run again with this robolearn")
+        return reader, problem
+
+    def _reader_of(self, term: ObsTermSpec) -> tuple[TermReader, str]:
+        """:meth:`_reader` before the hint about old manifests."""
         source = term.source
         def none(r: Reading, a: np.ndarray, out: np.ndarray) -> None:
             """A placeholder for a term this robot cannot give (the runtime refuses to start)."""
