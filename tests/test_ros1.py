@@ -60,8 +60,9 @@ def _missing_ros() -> str | None:
 
 
 _REASON = _missing_ros()
+# Without ROS the whole module is skipped, saying why (the rospy imports below would fail).
 if _REASON is not None:
-    pytest.skip(_REASON, allow_module_level=True)
+    raise pytest.skip.Exception(_REASON, allow_module_level=True)
 
 import rosbag  # noqa: E402
 import rosgraph  # noqa: E402
@@ -304,8 +305,8 @@ class RosEnv:
 @pytest.fixture(scope="module")
 def ros(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RosEnv]:
     """rosmaster on a free loopback port; this process's ROS node (the probe) on it."""
-    if rospy.core.is_initialized():
-        pytest.skip("this process already holds a ROS node on another master (rospy allows one per process)")
+    # rospy allows one node per process: another test module holding one would be a suite bug.
+    assert not rospy.core.is_initialized(), "this process already holds a ROS node on another master"
     root = tmp_path_factory.mktemp("ros1")
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
@@ -905,7 +906,8 @@ def test_ros1_robot_reads_joint_states_and_twist_and_publishes_commands(ros: Ros
         before = time.monotonic()
         states.publish(msg)
         reading = wait_for(robot.read, 5.0, "the first reading")
-        assert reading.stamp == pytest.approx(1234.5) and before <= reading.received <= time.monotonic()
+        after = time.monotonic()
+        assert reading.stamp == pytest.approx(1234.5) and before <= reading.received <= after  # receipt on this clock
         np.testing.assert_array_equal(reading.joint_pos, [1.0, 2.0, 3.0])
         np.testing.assert_array_equal(reading.joint_vel, [0.1, 0.2, 0.3])
         np.testing.assert_array_equal(reading.extras["command/base_velocity"], [0.0, 0.0, 0.0])

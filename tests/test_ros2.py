@@ -61,8 +61,8 @@ def _namespace_command() -> tuple[list[str] | None, str]:
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The probe's measurements (``ros2_probe`` module doc), its logs under ``"logs"``."""
     unshare, reason = _namespace_command()
-    if unshare is None:
-        pytest.skip(reason)
+    if unshare is None:  # no ROS 2 venv, no unshare -n, no ip: skipped, saying why
+        raise pytest.skip.Exception(reason)
     work = tmp_path_factory.mktemp("ros2")
     policy = export_cartpole_lqr(work / "policy")
     command = (f"ip link set lo up && exec {ROS2_PYTHON} -m robolearn.sim2real.ros.ros2_probe "

@@ -463,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             out[f"phase_{key}_s"] = time.monotonic() - t0
     finally:
         spinner.shutdown()
-    print(json.dumps(out))
+    # The result is this program's output (its one stdout line), read by tests/test_ros2.py.
+    sys.stdout.write(json.dumps(out) + "\n")
     return 0
 
 
