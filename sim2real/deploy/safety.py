@@ -3,43 +3,63 @@
 Given the robot's declared limits (:class:`~robolearn.sim2real.robots.base.RobotFeatures`) and
 a :class:`SafetyConfig`, :meth:`SafetyLayer.filter` turns whatever the policy produced (anything:
 NaN, infinity, huge values, nothing at all) into a command that is finite, inside the absolute
-limits and, outside an e-stop, no further than ``max_delta`` from the previous emitted command.
-Each step's interventions come back as :class:`Intervention` bit flags (recorded in telemetry).
+limits and, outside the e-stop transition, no further than the per-step change limit from the
+previous emitted command. Each step's interventions come back as :class:`Intervention` bit flags
+(recorded in telemetry and counted in :attr:`SafetyLayer.counts`).
+
+Limits: the period is ``features.period``; position limits are ``features.position_limits``
+shrunk by ``position_margin`` on each finite side, velocity limits ``features.velocity_limits``,
+effort limits ``features.effort_limits``. The per-step change limit is ``max_delta`` per joint;
+for position targets it is also at most ``velocity_limit * period`` (a target may not outrun the
+joint's speed limit).
+
+A reading is *usable* when it is there, not older than ``stale_timeout_s``
+(``now - reading.age_reference``) and its positions and velocities of the command joints are
+finite (a sensor reporting NaN is as good as no sensor).
 
 Per step, in this order:
 
-1. **non-finite** command (NaN or infinity anywhere) or no command: the *hold* command instead
-   (``NONFINITE`` / ``HOLD``);
-2. **watchdog**: no reading, or one older than ``stale_timeout_s`` (``now - reading.age_reference``):
-   the hold command (``STALE``); fresh readings resume normal operation, under the rate limit;
+1. **non-finite** command (NaN or infinity anywhere): the *hold* command instead (``NONFINITE``);
+   no command at all (``None``): the hold command (``HOLD``);
+2. **watchdog**: no usable reading: the hold command (``STALE``); once readings are usable again
+   the layer runs again, under the change limit (so it resumes smoothly);
 3. **staged start** for ``ramp_s`` after :meth:`SafetyLayer.start` (``RAMP``): position robots move
-   their targets from the measured pose to the default pose along a straight line (the policy's
-   targets are ignored until the ramp ends); torque and velocity robots get the policy's command
-   scaled by a factor rising from 0 to 1 (a soft start);
-4. **guards** (``POSITION`` / ``VELOCITY``): a joint past a position limit gets no effort or velocity
-   command pushing it further out; a joint faster than its velocity limit gets no effort in the
-   direction of its motion;
-5. **smoothing** (``SMOOTHED``): ``smoothing * previous + (1 - smoothing) * command``;
+   their targets from the measured pose to ``features.default_pose`` along a straight line (the
+   policy's targets are ignored until the ramp ends); torque and velocity robots get the policy's
+   command scaled by a factor rising linearly from 0 to 1 (a soft start);
+4. **guards** (``POSITION`` / ``VELOCITY``, torque and velocity robots): a joint at or past a
+   position limit gets no effort or velocity command pushing it further out; a joint faster than
+   its velocity limit gets no effort in the direction of its motion;
+5. **smoothing** (``SMOOTHED``, not applied to hold commands, which must not lag):
+   ``smoothing * previous + (1 - smoothing) * command``;
 6. **absolute limits** (``POSITION`` for targets, ``VELOCITY`` for velocity commands, ``EFFORT`` for
-   efforts): targets inside the position limits (shrunk by ``position_margin``), velocity commands
-   within the velocity limits, efforts within the effort limits;
-7. **per-step change** (``RATE``): ``|command - previous| <= max_delta`` per joint; for position
-   targets also ``<= velocity_limit * period`` (a target cannot outrun the joint's speed limit);
+   efforts): targets inside the position limits, velocity commands within the velocity limits,
+   efforts within the effort limits;
+7. **per-step change** (``RATE``): ``|command - previous| <= change limit`` per joint;
 8. the absolute limits again (the previous command is inside them and they are intervals, so this
    clamp never breaks the change limit).
 
-The hold command: torque robots damp (``-damping * velocity``, zero without a reading), velocity
-robots command zero, position robots keep the position measured when the hold began. With
-``hold_mode="damp"`` position robots damp too: their target follows the measured position.
+The hold command: torque robots damp (``-damping * velocity`` of the latest reading, even a stale
+one; zero without a reading or for a joint whose velocity is not finite), velocity robots command
+zero, position robots keep the position measured when the hold began (the previous target for a
+joint with no finite measurement). With ``hold_mode="damp"`` position robots follow the measured
+position instead. Every hold is approached under the change limit.
 
-An **e-stop** (:meth:`SafetyLayer.estop`) latches: every later step emits the safe command at once
-(torque: damping within the effort limits, velocity: zero, position: the measured position inside
-the limits), flagged ``ESTOP``, whatever the policy or the readings do, until
-:meth:`SafetyLayer.clear_estop`. The e-stop transition is the one place the change limit does not
-apply: stopping wins over smoothness. **Exit** (:meth:`SafetyLayer.exit_command`) emits the damping
-command under the change limit (``EXIT``), for the runtime to send for ``exit_s``.
+An **e-stop** (:meth:`SafetyLayer.estop`, safe to call from any thread) latches: every later step
+emits the safe command at once (torque: damping within the effort limits, velocity: zero,
+position: the measured position inside the limits), flagged ``ESTOP``, whatever the policy or the
+readings do, until :meth:`SafetyLayer.clear_estop`. The e-stop transition is the one place the
+change limit does not apply: stopping wins over smoothness. Clearing the e-stop makes the layer
+``idle`` again: the next :meth:`SafetyLayer.start` (or the next step with a usable reading) begins
+a new staged start from the previous emitted command, under the change limit.
 
-Per-step cost is a handful of NumPy operations on arrays of the robot's width, allocated once.
+**Exit** (:meth:`SafetyLayer.exit_command`) emits the damping command under the change limit
+(``EXIT``: torque ``-damping * velocity``, velocity zero, position the measured position), for
+the runtime to send for ``exit_s``.
+
+Time: every method takes ``now`` (seconds); without it the layer reads its ``clock`` (by default
+``time.monotonic``), never the time by any other means. Per-step cost is a handful of NumPy
+operations on arrays of the robot's width, with the limit arrays computed once.
 """
 
 from __future__ import annotations
@@ -71,7 +91,7 @@ class Intervention(enum.IntFlag):
     NONFINITE = 16
     """The policy's command held NaN or infinity: the hold command was sent."""
     STALE = 32
-    """The reading was missing or stale: the hold command was sent."""
+    """The reading was missing, stale or not finite: the hold command was sent."""
     ESTOP = 64
     """The e-stop is latched: the safe command was sent."""
     RAMP = 128
@@ -97,12 +117,17 @@ _HOLDING = _HOLD | _NONFINITE | _STALE
 
 
 def _all_finite(x: np.ndarray) -> bool:
-    """Whether every entry is finite."""
+    """Whether every entry is finite (no reduction that could warn on ``inf - inf``)."""
     return bool(np.isfinite(x).all())
 
 
 class SafetyConfigError(ValueError):
     """A safety setting out of range (field, value and expectation named)."""
+
+
+def _is_number(value: Any) -> bool:
+    """A real number that is not a bool (``True`` is no gain or duration)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -114,11 +139,11 @@ class SafetyConfig:
     smoothing: float = 0.0
     """Exponential smoothing weight on the previous command, in ``[0, 1)`` (0: none)."""
     stale_timeout_s: float = 0.1
-    """A reading older than this trips the watchdog."""
+    """A reading older than this (``now - reading.age_reference``) trips the watchdog."""
     hold_mode: Literal["hold", "damp"] = "hold"
     """Position robots: ``hold`` keeps the position where the hold began, ``damp`` follows the measured one."""
     damping: float | tuple[float, ...] = 1.0
-    """Damping gain of torque holds and exits (effort per unit joint velocity; one value or per joint)."""
+    """Damping gain ``kd`` of torque holds, e-stops and exits (``-kd * velocity``; one value or per joint)."""
     ramp_s: float = 1.0
     """Staged start duration in seconds (0: none)."""
     exit_s: float = 0.5
@@ -127,48 +152,71 @@ class SafetyConfig:
     """Shrinks finite position limits by this much on both sides (command units)."""
 
     def __post_init__(self) -> None:
-        """Refuse values out of range, naming the field."""
+        """Refuse values out of range, naming the field; per-joint lists become tuples."""
+        for name in ("max_delta", "damping"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
         _positive_or_inf(self.max_delta, "safety.max_delta")
-        if not (isinstance(self.smoothing, (int, float)) and 0.0 <= self.smoothing < 1.0):
+        if not (_is_number(self.smoothing) and 0.0 <= self.smoothing < 1.0):
             raise SafetyConfigError(f"safety.smoothing: expected a weight in [0, 1), got {self.smoothing!r}")
-        if not (isinstance(self.stale_timeout_s, (int, float)) and self.stale_timeout_s > 0):
+        if not (_is_number(self.stale_timeout_s) and self.stale_timeout_s > 0):
             raise SafetyConfigError(f"safety.stale_timeout_s: expected seconds > 0, got {self.stale_timeout_s!r}")
         if self.hold_mode not in ("hold", "damp"):
             raise SafetyConfigError(f"safety.hold_mode: expected 'hold' or 'damp', got {self.hold_mode!r}")
         for name in ("ramp_s", "exit_s", "position_margin"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            if not (_is_number(value) and math.isfinite(value) and value >= 0):
                 raise SafetyConfigError(f"safety.{name}: expected a finite number >= 0, got {value!r}")
-        damping = self.damping if isinstance(self.damping, tuple) else (self.damping,)
+        per_joint = isinstance(self.damping, tuple)
+        damping = self.damping if per_joint else (self.damping,)
+        if not damping:
+            raise SafetyConfigError("safety.damping: expected a gain or one per command joint, got an empty list")
         for i, d in enumerate(damping):
-            if not (isinstance(d, (int, float)) and math.isfinite(d) and d >= 0):
-                raise SafetyConfigError(f"safety.damping[{i}]: expected a finite gain >= 0, got {d!r}")
+            if not (_is_number(d) and math.isfinite(d) and d >= 0):
+                suffix = f"[{i}]" if per_joint else ""
+                raise SafetyConfigError(f"safety.damping{suffix}: expected a finite gain >= 0, got {d!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "safety") -> SafetyConfig:
-        """Read a mapping (a config section), naming an unknown field or a bad value."""
+        """Read a mapping (a config section, :meth:`to_dict`'s output), naming an unknown field or a
+        bad value as ``<where>.<field>``.
+        """
         if not isinstance(data, Mapping):
             raise SafetyConfigError(f"{where}: expected a mapping of safety settings, got {data!r}")
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(data) - known)
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(str(k) for k in set(data) - known)
         if unknown:
             raise SafetyConfigError(f"{where}: unknown settings {unknown} (valid: {sorted(known)})")
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             if key in ("max_delta", "damping") and isinstance(value, (list, tuple)):
-                value = tuple(_number(v, f"{where}.{key}") for v in value)
-            elif key in ("max_delta", "damping", "smoothing", "stale_timeout_s", "ramp_s", "exit_s", "position_margin"):
+                value = tuple(_number(v, f"{where}.{key}[{i}]") for i, v in enumerate(value))
+            elif key != "hold_mode":
                 value = _number(value, f"{where}.{key}")
             kwargs[key] = value
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except SafetyConfigError as err:
+            # The checks name fields as "safety.<field>"; say where this mapping came from instead.
+            message = str(err)
+            if where != "safety" and message.startswith("safety"):
+                message = where + message[len("safety"):]
+            raise SafetyConfigError(message) from None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready mapping (``inf`` as the string ``"inf"``)."""
-        out = asdict(self)
-        for key, value in out.items():
-            if isinstance(value, float) and math.isinf(value):
-                out[key] = "inf"
-        return out
+        """A JSON-ready mapping (infinities as ``"inf"``, per-joint values as lists), read back by
+        :meth:`from_dict`.
+        """
+
+        def plain(x: Any) -> Any:
+            if isinstance(x, float) and math.isinf(x):
+                return "inf" if x > 0 else "-inf"
+            if isinstance(x, tuple):
+                return [plain(v) for v in x]
+            return x
+
+        return {key: plain(value) for key, value in asdict(self).items()}
 
 
 def _number(value: Any, where: str) -> float:
@@ -186,10 +234,13 @@ def _number(value: Any, where: str) -> float:
 
 def _positive_or_inf(value: float | tuple[float, ...], where: str) -> None:
     """Refuse a change limit that is not positive."""
-    values = value if isinstance(value, tuple) else (value,)
+    per_joint = isinstance(value, tuple)
+    values = value if per_joint else (value,)
+    if not values:
+        raise SafetyConfigError(f"{where}: expected a number or one per command joint, got an empty list")
     for i, v in enumerate(values):
-        if not (isinstance(v, (int, float)) and not math.isnan(v) and v > 0):
-            suffix = f"[{i}]" if isinstance(value, tuple) else ""
+        if not (_is_number(v) and not math.isnan(v) and v > 0):
+            suffix = f"[{i}]" if per_joint else ""
             raise SafetyConfigError(f"{where}{suffix}: expected a positive number (or inf), got {v!r}")
 
 
@@ -204,10 +255,15 @@ def _per_joint(value: float | Sequence[float], n: int, where: str) -> np.ndarray
 
 
 class SafetyLayer:
-    """Filters commands against a robot's limits (module doc)."""
+    """Filters commands against a robot's limits (module doc).
+
+    Not thread-safe except :meth:`estop`, which any thread may call while another one steps.
+    """
 
     def __init__(self, features: RobotFeatures, config: SafetyConfig, clock: Callable[[], float] = time.monotonic) -> None:
-        """Precompute the limit arrays of ``features`` under ``config``."""
+        """Precompute the limit arrays of ``features`` under ``config``; ``clock`` gives ``now``
+        when a method is called without it.
+        """
         self.features = features
         self.config = config
         self.clock = clock
@@ -215,6 +271,8 @@ class SafetyLayer:
         n = len(features.command_joints)
         self.n = n
         self.cols = features.command_index
+        # Command joints that are the first measured joints, in order, are read as a view (no copy).
+        self._cols: slice | np.ndarray = slice(0, n) if np.array_equal(self.cols, np.arange(n)) else self.cols
         margin = config.position_margin
         lo = np.array([p[0] for p in features.position_limits], dtype=np.float64)
         hi = np.array([p[1] for p in features.position_limits], dtype=np.float64)
@@ -228,12 +286,14 @@ class SafetyLayer:
             )
         self.pos_lo, self.pos_hi = lo, hi
         self.vel_lim = np.asarray(features.velocity_limits, dtype=np.float64)
+        self._neg_vel_lim = -self.vel_lim
         self.eff_lim = np.asarray(features.effort_limits, dtype=np.float64)
         self.max_delta = _per_joint(config.max_delta, n, "safety.max_delta")
         if self.kind == "joint_pos":
             # A target may not move faster than the joint may.
             self.max_delta = np.minimum(self.max_delta, self.vel_lim * features.period)
         self.damping = _per_joint(config.damping, n, "safety.damping")
+        self._neg_damping = -self.damping
         self.default_pose = np.asarray(features.default_pose, dtype=np.float64)
         # Absolute bounds of the command itself, by kind.
         if self.kind == "joint_pos":
@@ -242,21 +302,27 @@ class SafetyLayer:
             self.cmd_lo, self.cmd_hi, self._abs_flag = -self.vel_lim, self.vel_lim, _VELOCITY
         else:
             self.cmd_lo, self.cmd_hi, self._abs_flag = -self.eff_lim, self.eff_lim, _EFFORT
-        # Guards that cannot fire are skipped (unlimited joints, finite change limits).
-        self._position_guard = bool(np.isfinite(self.pos_lo).any() or np.isfinite(self.pos_hi).any())
+        # Guards that cannot fire are skipped (unlimited joints, infinite change limits).
+        self._position_guard = self.kind != "joint_pos" and bool(
+            np.isfinite(self.pos_lo).any() or np.isfinite(self.pos_hi).any())
         self._velocity_guard = self.kind == "torque" and bool(np.isfinite(self.vel_lim).any())
         self._rate_limited = bool(np.isfinite(self.max_delta).any())
+        self._timeout = float(config.stale_timeout_s)
+        self._smoothing = float(config.smoothing)
         self._prev = self._clamp_abs(np.zeros(n))
+        self._emitted = False
         self._state = "idle"
+        self._estopped = False
         self._ramp_start = 0.0
         self._ramp_from = np.zeros(n)
         self._hold_target: np.ndarray | None = None
         self._estop_reason = ""
         self._histogram: dict[int, int] = {}
 
+    # -- state ---------------------------------------------------------------------------------
     @property
     def counts(self) -> dict[str, int]:
-        """Steps with each intervention since construction, by flag name."""
+        """Steps with each intervention since construction, by flag name (``"rate"``, ``"stale"``...)."""
         out = dict.fromkeys(FLAG_NAMES.values(), 0)
         for value, n in self._histogram.items():
             for bit, name in FLAG_NAMES.items():
@@ -264,11 +330,10 @@ class SafetyLayer:
                     out[name] += n
         return out
 
-    # -- state ---------------------------------------------------------------------------------
     @property
     def state(self) -> str:
-        """``idle``, ``ramp``, ``run``, ``hold``, ``estop`` or ``exit``."""
-        return self._state
+        """``idle`` (not started), ``ramp``, ``run``, ``hold``, ``estop`` or ``exit``."""
+        return "estop" if self._estopped else self._state
 
     @property
     def last_command(self) -> np.ndarray:
@@ -281,48 +346,73 @@ class SafetyLayer:
         return self._estop_reason
 
     def _now(self, now: float | None) -> float:
+        """``now``, or the clock's time when it is not given."""
         return self.clock() if now is None else float(now)
 
     def start(self, reading: Reading, now: float | None = None) -> None:
-        """Begin the staged start from ``reading``'s pose; the previous command becomes the measured
-        position (position robots) or zero.
+        """Begin the staged start from ``reading``'s pose. Before any command was emitted, the
+        previous command becomes the measured position (position robots, clamped to the limits) or
+        zero; on a restart (after :meth:`clear_estop`) it stays the last emitted command, so the
+        change limit holds across. A position robot cannot start from a pose it does not know: a
+        non-finite measured position raises ``ValueError``.
         """
         now = self._now(now)
-        pose = reading.joint_pos[self.cols].astype(np.float64)
-        self._ramp_from = self._clamp_abs(pose) if self.kind == "joint_pos" else np.zeros(self.n)
-        self._prev = self._ramp_from.copy() if self.kind == "joint_pos" else self._clamp_abs(np.zeros(self.n))
+        pose = np.asarray(reading.joint_pos, dtype=np.float64)[self.cols]
+        if self.kind == "joint_pos":
+            if not _all_finite(pose):
+                bad = {self.features.command_joints[i]: float(pose[i]) for i in np.flatnonzero(~np.isfinite(pose))}
+                raise ValueError(f"safety.start: measured positions {bad} are not finite; a position robot "
+                                 "cannot start from an unknown pose")
+            self._ramp_from = self._clamp_abs(pose)
+            if not self._emitted:
+                self._prev = self._ramp_from.copy()
+        elif not self._emitted:
+            self._prev = self._clamp_abs(np.zeros(self.n))
         self._ramp_start = now
         self._hold_target = None
-        if self._state != "estop":
-            self._state = "ramp" if self.config.ramp_s > 0 else "run"
+        self._state = "ramp" if self.config.ramp_s > 0 else "run"
 
     def estop(self, reason: str = "") -> None:
-        """Latch the e-stop (module doc)."""
+        """Latch the e-stop (module doc); safe to call from any thread."""
         self._estop_reason = reason or "e-stop"
-        self._state = "estop"
+        self._estopped = True  # one attribute write: the stepping thread sees it at its next step
 
     def clear_estop(self) -> None:
-        """Release the e-stop; the next steps hold, then run under the change limit."""
-        if self._state == "estop":
-            self._estop_reason = ""
-            self._state = "run"
+        """Release the e-stop: the layer is ``idle`` again and the next start (or step with a usable
+        reading) begins a new staged start, under the change limit.
+        """
+        if self._estopped:
+            self._state = "idle"
             self._hold_target = None
+            self._estop_reason = ""
+            self._estopped = False
 
     # -- commands ------------------------------------------------------------------------------
     def _clamp_abs(self, cmd: np.ndarray) -> np.ndarray:
+        """``cmd`` inside the absolute limits (a new array)."""
         return np.minimum(np.maximum(cmd, self.cmd_lo), self.cmd_hi)
 
     def _damp(self, reading: Reading | None) -> np.ndarray:
-        """The damping command of this kind for ``reading``."""
+        """The damping command of this kind for ``reading`` (any age), finite, a new array."""
+        if self.kind == "joint_vel":
+            return np.zeros(self.n)
         if self.kind == "torque":
             if reading is None:
                 return np.zeros(self.n)
-            return -self.damping * reading.joint_vel[self.cols]
-        if self.kind == "joint_vel":
-            return np.zeros(self.n)
+            vel = reading.joint_vel[self._cols]
+            if _all_finite(vel):
+                return self._neg_damping * vel
+            # No velocity, no damping: zero effort for that joint, never the last command. (Holds
+            # are off the running path: the error-state switch costs nothing that matters here.)
+            with np.errstate(invalid="ignore", over="ignore"):
+                out = self._neg_damping * vel
+            return np.where(np.isfinite(out), out, 0.0)
         if reading is None:
             return self._prev.copy()
-        return reading.joint_pos[self.cols].astype(np.float64)
+        out = np.array(reading.joint_pos[self._cols], dtype=np.float64)
+        if not _all_finite(out):  # an unmeasured joint keeps its previous target
+            out = np.where(np.isfinite(out), out, self._prev)
+        return out
 
     def _hold(self, reading: Reading | None) -> np.ndarray:
         """The hold command (module doc)."""
@@ -333,12 +423,18 @@ class SafetyLayer:
         return self._hold_target
 
     def filter(self, command: np.ndarray | None, reading: Reading | None, now: float | None = None) -> tuple[np.ndarray, int]:
-        """The command to send for the policy's ``command`` (``None``: none) and the interventions."""
+        """The command to send for the policy's ``command`` (``None``: none) given the latest
+        ``reading`` (``None``: none yet), and the interventions as an int of :class:`Intervention` flags.
+        """
         now = self._now(now)
-        flags = 0
-        if self._state == "estop":
+        if self._estopped:
             return self._emit(self._damp(reading), _ESTOP)
-        fresh = reading is not None and now - reading.age_reference <= self.config.stale_timeout_s
+        # Fresh: written so that a NaN stamp counts as stale.
+        usable = (reading is not None and now - reading.age_reference <= self._timeout
+                  and _all_finite(reading.joint_pos[self._cols]) and _all_finite(reading.joint_vel[self._cols]))
+        if self._state == "idle" and usable:
+            self.start(reading, now)
+        flags = 0
         if command is None:
             cmd, flags = self._hold(reading), _HOLD
         else:
@@ -346,16 +442,19 @@ class SafetyLayer:
             if cmd.shape != (self.n,):
                 cmd = cmd.reshape(-1)
                 if cmd.shape != (self.n,):
-                    raise ValueError(f"safety: expected a command of {self.n} values, got shape {list(cmd.shape)}")
+                    raise ValueError(f"safety: expected a command of {self.n} values, got shape {list(np.shape(command))}")
             if not _all_finite(cmd):
                 cmd, flags = self._hold(reading), _NONFINITE
-        if not fresh:
-            cmd, flags = self._hold(reading), flags | _STALE
-        holding = bool(flags & _HOLDING)
+        if not usable:
+            if not flags:
+                cmd = self._hold(reading)
+            flags |= _STALE
+        holding = flags != 0
+        state = self._state
         if not holding:
             self._hold_target = None
-            if self._state == "ramp":
-                frac = (now - self._ramp_start) / self.config.ramp_s if self.config.ramp_s > 0 else 1.0
+            if state == "ramp":
+                frac = (now - self._ramp_start) / self.config.ramp_s
                 if frac >= 1.0:
                     self._state = "run"
                 else:
@@ -365,32 +464,35 @@ class SafetyLayer:
                     else:
                         cmd = cmd * frac
                     flags |= _RAMP
-            elif self._state != "run":
+            elif state != "run":
                 self._state = "run"
-        elif self._state not in ("ramp", "idle"):
+        elif state != "ramp" and state != "idle":
             self._state = "hold"
-        if reading is not None and self.kind != "joint_pos" and (self._position_guard or self._velocity_guard):
+        if reading is not None and (self._position_guard or self._velocity_guard):
             cmd, guard = self._guard(cmd, reading)
             flags |= guard
-        if self.config.smoothing > 0 and not holding:
-            smoothed = self.config.smoothing * self._prev + (1.0 - self.config.smoothing) * cmd
+        if self._smoothing > 0 and not holding:
+            smoothed = self._smoothing * self._prev + (1.0 - self._smoothing) * cmd
             if (smoothed != cmd).any():
                 flags |= _SMOOTHED
             cmd = smoothed
         return self._emit(cmd, flags)
 
     def _guard(self, cmd: np.ndarray, reading: Reading) -> tuple[np.ndarray, int]:
-        """``cmd`` without efforts/velocities pushing past a position limit or along an overspeed."""
+        """``cmd`` without efforts/velocities pushing past a position limit or efforts along an
+        overspeed (a NaN measurement fires no guard: such a step already holds).
+        """
         flags = 0
         if self._position_guard:
-            pos = reading.joint_pos[self.cols]
+            pos = reading.joint_pos[self._cols]
             outward = ((pos >= self.pos_hi) & (cmd > 0)) | ((pos <= self.pos_lo) & (cmd < 0))
             if outward.any():
                 cmd = np.where(outward, 0.0, cmd)
                 flags |= _POSITION
         if self._velocity_guard:
-            vel = reading.joint_vel[self.cols]
-            over = (np.abs(vel) > self.vel_lim) & (cmd * vel > 0)
+            vel = reading.joint_vel[self._cols]
+            # Comparisons only: a product with an infinite velocity would warn.
+            over = ((vel > self.vel_lim) & (cmd > 0)) | ((vel < self._neg_vel_lim) & (cmd < 0))
             if over.any():
                 cmd = np.where(over, 0.0, cmd)
                 flags |= _VELOCITY
@@ -398,28 +500,31 @@ class SafetyLayer:
 
     def _emit(self, cmd: np.ndarray, flags: int) -> tuple[np.ndarray, int]:
         """Absolute limits, change limit (except at an e-stop), limits again; remember and count."""
-        if not _all_finite(cmd):  # a non-finite reading fed the hold or damping command: keep the last one
-            cmd = np.where(np.isfinite(cmd), cmd, self._prev)
+        if not _all_finite(cmd):  # an overflow on the way: the safe value (zero, or the last target)
+            cmd = np.where(np.isfinite(cmd), cmd, self._prev if self.kind == "joint_pos" else 0.0)
             flags |= _NONFINITE
         bounded = np.minimum(np.maximum(cmd, self.cmd_lo), self.cmd_hi)  # a new array: the input is never changed
         if (bounded != cmd).any():
             flags |= self._abs_flag
         if self._rate_limited and not flags & _ESTOP:
-            diff = bounded - self._prev
-            over = np.abs(diff) > self.max_delta
-            if over.any():
-                # Only the joints over the limit move by exactly max_delta; the rest keep their value
-                # bit for bit (prev + (x - prev) need not round back to x).
-                bounded = self._clamp_abs(np.where(over, self._prev + np.sign(diff) * self.max_delta, bounded))
+            # The band [prev - max_delta, prev + max_delta]: a joint inside keeps its value bit for
+            # bit, one outside moves by exactly max_delta, and no difference of two huge values can
+            # overflow.
+            limited = np.minimum(np.maximum(bounded, self._prev - self.max_delta), self._prev + self.max_delta)
+            if (limited != bounded).any():
+                bounded = self._clamp_abs(limited)
                 flags |= _RATE
         self._prev = bounded
+        self._emitted = True
         if flags:
             self._histogram[flags] = self._histogram.get(flags, 0) + 1
         return bounded.copy(), flags
 
     def exit_command(self, reading: Reading | None, now: float | None = None) -> tuple[np.ndarray, int]:
-        """The damping command on exit, under the change limit (``EXIT``); an e-stop stays an e-stop."""
-        if self._state == "estop":
-            return self.filter(None, reading, now)
+        """The damping command on exit, under the change limit (``EXIT``); a latched e-stop stays
+        an e-stop (``ESTOP``).
+        """
+        if self._estopped:
+            return self._emit(self._damp(reading), _ESTOP)
         self._state = "exit"
         return self._emit(self._damp(reading), _EXIT)
