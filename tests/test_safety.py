@@ -12,10 +12,12 @@ another thread on the real clock with a generous bound.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -344,6 +346,9 @@ def test_nonfinite_and_stale_commands_become_the_damping_hold() -> None:
     assert cmd.tolist() == [0.0, 0.0] and flags == I.HOLD | I.STALE
     cmd, flags = layer.filter(np.array([1.0, 1.0]), reading([0.1, -0.2], [0.0, 0.0], 0.07), 0.07)
     assert flags == 0 and layer.state == "run"
+    counts = layer.counts  # steps per flag: the HOLD | STALE step counts under both
+    assert (counts["nonfinite"], counts["stale"], counts["hold"]) == (1, 2, 1)
+    assert sum(counts.values()) == 4 and set(counts) >= {"position", "rate", "estop", "ramp", "exit", "smoothed"}
 
 
 def test_a_sensor_reporting_nan_is_no_sensor_and_never_keeps_the_last_effort() -> None:
@@ -359,6 +364,24 @@ def test_a_sensor_reporting_nan_is_no_sensor_and_never_keeps_the_last_effort() -
     assert flags == I.NONFINITE | I.STALE and cmd.tolist() == [0.0, -2.0]
     cmd, flags = layer.exit_command(reading([0.0, 0.0], [math.inf, -0.5], 0.03), 0.03)
     assert flags == I.EXIT and cmd.tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("kind", ["torque", "joint_pos", "joint_vel"])
+def test_garbage_in_raises_no_numpy_warnings(kind: str) -> None:
+    """NaN and infinity from the policy or the sensors are handled, not computed with (a warning
+    per step at 500 Hz would cost more than the step).
+    """
+    layer = SafetyLayer(features(kind), SafetyConfig(ramp_s=0.05, smoothing=0.5, max_delta=0.1, damping=0.0))
+    layer.start(reading([0.0, 0.0], [0.0, 0.0]), 0.0)
+    bad = [math.nan, math.inf, -math.inf, 1e308, -1e308]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k, (x, y) in enumerate(itertools.product(bad + [0.5], repeat=2)):
+            r = reading([x, y], [y, x], 0.01 * k)
+            cmd, _ = layer.filter(np.array([x, y]), r, 0.01 * k)
+            assert np.isfinite(cmd).all()
+            cmd, _ = layer.exit_command(r, 0.01 * k)
+            assert np.isfinite(cmd).all()
 
 
 def test_guards_remove_only_the_push_past_a_limit_or_along_an_overspeed() -> None:
