@@ -113,11 +113,6 @@ def read_mapping(mapping: Mapping[str, Any] | str | os.PathLike[str]) -> BagMapp
     return to_dataclass(BagMapping, mapping, "mapping")
 
 
-def _bound(value: Any) -> float:
-    """An action bound of the spec (``"inf"`` strings included) as a float."""
-    return float(value)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -161,8 +156,8 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
     actions_all = (log.commands - offset) / scale
     # A command beyond what the policy's actions can express (the robot was driven by something
     # else) is kept at the nearest expressible action; how many were is recorded.
-    low = np.array([_bound(v) for a in spec.actions for v in (a.low or [-math.inf] * a.dim)], dtype=np.float64)
-    high = np.array([_bound(v) for a in spec.actions for v in (a.high or [math.inf] * a.dim)], dtype=np.float64)
+    low = np.array([v for a in spec.actions for v in (a.low or [-math.inf] * a.dim)], dtype=np.float64)
+    high = np.array([v for a in spec.actions for v in (a.high or [math.inf] * a.dim)], dtype=np.float64)
     clipped = int(((actions_all < low) | (actions_all > high)).any(axis=1).sum())
     actions_all = np.clip(actions_all, low, high)
     groups = [g for g in spec.observations if g in DEPLOYABLE_GROUPS]

@@ -139,8 +139,9 @@ class SimulatedRobot(Robot):
             raise RobotError(f"task {self.task_id}: an actuator without a joint transmission cannot be a robot command joint")
         scale = np.array([s for a in self.spec["actions"] for s in a["scale"]], dtype=np.float64)
         offset = np.array([s for a in self.spec["actions"] for s in a["offset"]], dtype=np.float64)
-        low = np.array([_num(v) for a in self.spec["actions"] for v in a["low"]], dtype=np.float64)
-        high = np.array([_num(v) for a in self.spec["actions"] for v in a["high"]], dtype=np.float64)
+        # the spec writes infinite bounds as "inf"/"-inf" strings, which NumPy reads as floats
+        low = np.array([v for a in self.spec["actions"] for v in a["low"]], dtype=np.float64)
+        high = np.array([v for a in self.spec["actions"] for v in a["high"]], dtype=np.float64)
         self._scale, self._offset = scale, offset
         ctrl_low, ctrl_high = offset + scale * low, offset + scale * high
         kind = kinds.pop()
@@ -334,7 +335,3 @@ class SimulatedRobot(Robot):
             elif delay < -10 * period:  # far behind (a stalled machine): skip ahead rather than sprint
                 tick = int((time.monotonic() - start) / period)
 
-
-def _num(value: Any) -> float:
-    """A spec number that may be written as ``"inf"``/``"-inf"``."""
-    return float(value)
