@@ -12,7 +12,7 @@ import logging
 
 log = logging.getLogger(__name__)
 
-FAMILIES: tuple[str, ...] = ("classic", "locomotion", "manipulation", "navigation")
+FAMILIES: tuple[str, ...] = ("classic", "locomotion", "manipulation", "navigation", "aerial", "legged")
 """The task families shipped with robolearn (sub-packages of ``robolearn.tasks``)."""
 
 BROKEN: dict[str, BaseException] = {}
