@@ -6,6 +6,11 @@ Episode ends come in two kinds and stay separate until here (DESIGN.md, "Batched
 * ``truncated``: a time limit cut the episode; the true continuation value is ``V(final_obs)``.
   As in rsl_rl, it is folded into the reward, ``r + gamma * V(final_obs)``, and the step is then
   treated as an episode end, because the next stored observation belongs to a fresh episode.
+
+Recurrent learners also store hidden states (``hidden_shapes``): only at the first step of each
+``chunk_length``-step chunk, since truncated BPTT re-runs a chunk from there. :meth:`chunk_batches`
+then yields whole chunks ``[L, B, ...]`` with the episode ends inside them (``resets``) and a mask
+of the padding that completes a last, shorter chunk.
 """
 
 from __future__ import annotations
@@ -40,6 +45,39 @@ class RolloutBatch:
     """Policy standard deviation at collection time, ``[B, A]``."""
 
 
+@dataclass
+class ChunkBatch:
+    """A minibatch of whole rollout chunks for truncated BPTT: time-major ``[L, B, ...]``.
+
+    Chunk ``b`` holds steps ``c*L .. c*L+L-1`` of one world; steps past the rollout's end are
+    padding (``valid`` false, zeros elsewhere).
+    """
+
+    obs: Obs
+    """Observation groups as stored, ``[L, B, ...]``."""
+    actions: torch.Tensor
+    """Actions, ``[L, B, A]``."""
+    values: torch.Tensor
+    """Critic values at collection time, ``[L, B]``."""
+    returns: torch.Tensor
+    """Value targets, ``[L, B]``."""
+    advantages: torch.Tensor
+    """GAE advantages, ``[L, B]``."""
+    log_probs: torch.Tensor
+    """Log-probabilities at collection time, ``[L, B]``."""
+    action_mean: torch.Tensor
+    """Policy mean at collection time, ``[L, B, A]``."""
+    action_std: torch.Tensor
+    """Policy standard deviation at collection time, ``[L, B, A]``."""
+    hidden: dict[str, torch.Tensor]
+    """Each stored hidden state at the chunk's first step, ``[B, *shape]``."""
+    resets: torch.Tensor
+    """``[L, B]`` bool: an episode ended just before this step, so the memory restarts from zero
+    (always false at step 0: the stored state already starts there)."""
+    valid: torch.Tensor
+    """``[L, B]`` bool: a real step (false on padding)."""
+
+
 class RolloutStorage:
     """Preallocated buffers for ``num_steps`` batched steps of ``num_envs`` worlds.
 
@@ -55,8 +93,14 @@ class RolloutStorage:
         action_dim: int,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        hidden_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        chunk_length: int | None = None,
     ) -> None:
-        """Allocate every buffer; ``obs_shapes`` maps each stored group to its per-world shape."""
+        """Allocate every buffer; ``obs_shapes`` maps each stored group to its per-world shape.
+
+        ``hidden_shapes`` (recurrent learners) maps each hidden-state name to its per-world shape;
+        it is stored at the first step of every ``chunk_length``-step chunk (default: the rollout).
+        """
         if num_steps < 1 or num_envs < 1:
             raise ValueError(f"RolloutStorage: num_steps and num_envs must be >= 1, got {num_steps}, {num_envs}")
         self.num_steps, self.num_envs, self.action_dim = int(num_steps), int(num_envs), int(action_dim)
@@ -81,6 +125,14 @@ class RolloutStorage:
         self.returns = zeros()
         self.advantages = zeros()
         self.step = 0
+        self.chunk_length = int(chunk_length) if chunk_length is not None else t
+        if self.chunk_length < 1:
+            raise ValueError(f"RolloutStorage: chunk_length must be >= 1, got {chunk_length}")
+        self.num_chunks = -(-t // self.chunk_length)
+        self.hidden: dict[str, torch.Tensor] = {
+            name: torch.zeros(self.num_chunks, n, *shape, device=self.device, dtype=dtype)
+            for name, shape in (hidden_shapes or {}).items()
+        }
 
     @property
     def full(self) -> bool:
@@ -99,15 +151,25 @@ class RolloutStorage:
         action_mean: torch.Tensor,
         action_std: torch.Tensor,
         timeout_values: torch.Tensor | None = None,
+        hidden: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         """Record one batched step (all ``[N, ...]``).
 
         ``timeout_values`` is ``V(final_obs)`` per world; it is used only where ``truncated`` and
         not ``terminated`` (omit it to treat time-outs as plain episode ends, no bootstrap).
+        ``hidden`` holds the hidden states the step's actions were computed from (required when the
+        storage was built with ``hidden_shapes``; kept at chunk starts only).
         """
         if self.full:
             raise RuntimeError(f"RolloutStorage is full ({self.num_steps} steps); call clear() after the update")
         i = self.step
+        if self.hidden:
+            if hidden is None or set(hidden) != set(self.hidden):
+                got = sorted(hidden) if hidden is not None else None
+                raise ValueError(f"RolloutStorage.add: hidden must hold {sorted(self.hidden)}, got {got}")
+            if i % self.chunk_length == 0:
+                for name, buf in self.hidden.items():
+                    buf[i // self.chunk_length].copy_(hidden[name])
         for group, buf in self.obs.items():
             buf[i].copy_(obs[group])
         self.actions[i].copy_(actions)
@@ -182,3 +244,61 @@ class RolloutStorage:
             for k in range(num_minibatches):
                 idx = perm[k * size : (k + 1) * size]
                 yield RolloutBatch(obs={g: o[idx] for g, o in obs.items()}, **{k2: v[idx] for k2, v in flat.items()})
+
+    def chunk_batches(
+        self, num_epochs: int, num_minibatches: int, generator: torch.Generator | None = None
+    ) -> Iterator[ChunkBatch]:
+        """Yield ``num_epochs * num_minibatches`` minibatches of whole chunks (truncated BPTT).
+
+        The rollout is cut into ``num_chunks`` chunks of ``chunk_length`` steps per world (the last
+        one padded); each epoch shuffles the ``num_chunks * N`` chunks with ``generator`` and splits
+        them into ``num_minibatches`` sets.
+        """
+        if not self.hidden:
+            raise RuntimeError("chunk_batches: this storage keeps no hidden states (build it with hidden_shapes)")
+        total = self.num_chunks * self.num_envs
+        if not 1 <= num_minibatches <= total:
+            raise ValueError(
+                f"num_minibatches: expected 1..{total} (chunks x worlds = {self.num_chunks} x {self.num_envs}), "
+                f"got {num_minibatches}"
+            )
+        size = total // num_minibatches
+        length, padded = self.chunk_length, self.num_chunks * self.chunk_length
+        done = self.terminated | self.truncated
+        # An episode that ended at step t-1 restarts the memory before step t; a chunk's first step
+        # needs no reset (the stored state was taken after it).
+        resets = torch.zeros_like(done)
+        resets[1:] = done[:-1]
+        valid = torch.ones_like(done)
+
+        def chunked(buf: torch.Tensor) -> torch.Tensor:
+            # [T, N, ...] -> padded [C*L, N, ...] -> [C, L, N, ...] -> [L, C*N, ...] (chunk c*N + n).
+            pad = torch.zeros(padded - self.num_steps, *buf.shape[1:], dtype=buf.dtype, device=buf.device)
+            full = torch.cat([buf, pad]).reshape(self.num_chunks, length, *buf.shape[1:])
+            return full.transpose(0, 1).flatten(1, 2)
+
+        flat = {
+            "actions": chunked(self.actions),
+            "values": chunked(self.values),
+            "returns": chunked(self.returns),
+            "advantages": chunked(self.advantages),
+            "log_probs": chunked(self.log_probs),
+            "action_mean": chunked(self.action_mean),
+            "action_std": chunked(self.action_std),
+        }
+        obs = {group: chunked(buf) for group, buf in self.obs.items()}
+        starts = {name: buf.flatten(0, 1) for name, buf in self.hidden.items()}
+        resets_c, valid_c = chunked(resets), chunked(valid)
+        resets_c[0] = False
+        gen_device = generator.device if generator is not None else torch.device("cpu")
+        for _ in range(num_epochs):
+            perm = torch.randperm(total, generator=generator, device=gen_device).to(self.device)
+            for k in range(num_minibatches):
+                idx = perm[k * size : (k + 1) * size]
+                yield ChunkBatch(
+                    obs={g: o[:, idx] for g, o in obs.items()},
+                    **{name: v[:, idx] for name, v in flat.items()},
+                    hidden={name: h[idx] for name, h in starts.items()},
+                    resets=resets_c[:, idx],
+                    valid=valid_c[:, idx],
+                )

@@ -1,10 +1,11 @@
-"""Networks: MLPs, normalisers, distributions, vmapped ensembles (more with later issues)."""
+"""Networks: MLPs, normalisers, distributions, vmapped ensembles, recurrent memories and history encoders."""
 
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, VmapEnsemble, make_target, soft_update_
 from robolearn.nn.hlgauss import HLGauss, hl_gauss_probs
 from robolearn.nn.mlp import ACTIVATIONS, MLP
 from robolearn.nn.normalizer import EmpiricalNormalizer
+from robolearn.nn.recurrent import HistoryEncoder, Memory, RecurrentPolicy
 
 __all__ = [
     "ACTIVATIONS",
@@ -12,6 +13,9 @@ __all__ = [
     "CriticEnsemble",
     "EmpiricalNormalizer",
     "HLGauss",
+    "HistoryEncoder",
+    "Memory",
+    "RecurrentPolicy",
     "TanhGaussianActor",
     "VmapEnsemble",
     "hl_gauss_probs",

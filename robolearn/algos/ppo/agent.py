@@ -13,6 +13,15 @@ The runner owns the loop::
 Asymmetric actor-critic is configuration: the actor reads ``obs[actor_obs_group]``, the critic
 ``obs[critic_obs_group or actor_obs_group]``, each through its own running normaliser.
 
+Recurrent PPO and the history encoder are configuration too (``memory=gru|lstm``,
+``history_encoder=conv``): actor and critic each get a memory between their input and their MLP;
+the rollout hidden states advance in :meth:`act`, restart at episode ends in :meth:`process`, are
+stored at chunk starts and re-run over ``bptt_length``-step chunks in :meth:`update` (truncated
+BPTT, episode ends inside a chunk restart the memory, padding is masked out of the losses).
+:meth:`act_inference` keeps its own hidden state, which :meth:`reset` restarts for worlds whose
+episode ended (the evaluation rollout calls it). With ``memory=none`` and ``history_encoder=none``
+PPO is the feed-forward learner, unchanged.
+
 Host syncs: none on the hot path. Rollouts run under ``torch.inference_mode``; the update keeps
 every statistic as a tensor; the adaptive learning rate lives in a tensor that Adam reads directly
 (``capturable`` on CUDA, so Adam does not read it back to the host either).
@@ -27,11 +36,12 @@ import torch
 from torch import nn
 
 from robolearn.algos.ppo.config import PPOConfig
-from robolearn.algos.ppo.losses import adaptive_learning_rate, gaussian_kl, ppo_loss
-from robolearn.data.rollout import RolloutStorage
+from robolearn.algos.ppo.losses import adaptive_learning_rate, gaussian_kl, masked_mean, ppo_loss
+from robolearn.data.rollout import ChunkBatch, RolloutBatch, RolloutStorage
 from robolearn.nn import MLP, EmpiricalNormalizer
 from robolearn.nn.distributions import DiagGaussian
 from robolearn.nn.policy import deployable
+from robolearn.nn.recurrent import HistoryEncoder, Memory, RecurrentPolicy, State, reset_state
 from robolearn.types import Transition
 
 ACTOR_KEY = "actor"
@@ -67,11 +77,23 @@ class PPO:
             if group not in obs_dims:
                 raise ValueError(f"{field_name}: group {group!r} is not among the observation groups {sorted(obs_dims)}")
         actor_dim, critic_dim = int(obs_dims[self.actor_group]), int(obs_dims[self.critic_group])
+        self.history_group = cfg.history_obs_group if cfg.history_encoder != "none" else None
+        self.actor_encoder = self._history_encoder(obs_dims, actor_dim)
+        if self.actor_encoder is not None:
+            actor_dim = self.actor_encoder.in_dim  # the actor's input row is [actor group | history group]
+        actor_features = self.actor_encoder.out_dim if self.actor_encoder is not None else actor_dim
 
+        self.actor_memory: Memory | None = None
+        self.critic_memory: Memory | None = None
+        actor_head_in, critic_head_in = actor_features, critic_dim
+        if cfg.memory != "none":
+            self.actor_memory = Memory(cfg.memory, actor_features, cfg.memory_hidden, cfg.memory_layers).to(self.device)
+            self.critic_memory = Memory(cfg.memory, critic_dim, cfg.memory_hidden, cfg.memory_layers).to(self.device)
+            actor_head_in = critic_head_in = cfg.memory_hidden
         # A small last layer keeps the initial policy mean near zero, so early exploration is set
         # by init_noise_std alone (rsl_rl, and Andrychowicz et al. 2021).
-        self.actor = MLP(actor_dim, self.action_dim, cfg.actor_hidden, cfg.activation, output_gain=0.01).to(self.device)
-        self.critic = MLP(critic_dim, 1, cfg.critic_hidden, cfg.activation, output_gain=1.0).to(self.device)
+        self.actor = MLP(actor_head_in, self.action_dim, cfg.actor_hidden, cfg.activation, output_gain=0.01).to(self.device)
+        self.critic = MLP(critic_head_in, 1, cfg.critic_hidden, cfg.activation, output_gain=1.0).to(self.device)
         self.dist = DiagGaussian(self.action_dim, cfg.init_noise_std, cfg.std_type).to(self.device)
         self.actor_normalizer: nn.Module = EmpiricalNormalizer(actor_dim) if cfg.normalize_obs else nn.Identity()
         self.critic_normalizer: nn.Module = EmpiricalNormalizer(critic_dim) if cfg.normalize_obs else nn.Identity()
@@ -80,6 +102,9 @@ class PPO:
 
         self.learning_rate = torch.tensor(float(cfg.learning_rate), device=self.device)
         self._trained = [*self.actor.parameters(), *self.dist.parameters(), *self.critic.parameters()]
+        for extra in (self.actor_encoder, self.actor_memory, self.critic_memory):
+            if extra is not None:
+                self._trained += list(extra.parameters())
         # Adam takes the lr tensor itself; the adaptive schedule updates it in place, so no float
         # has to be read back per minibatch. On CUDA, capturable keeps Adam from reading it either.
         self.optimizer = torch.optim.Adam(
@@ -89,6 +114,60 @@ class PPO:
         self.generator.manual_seed(cfg.seed)
         self.storage: RolloutStorage | None = None
         self._pending: dict[str, Any] | None = None
+        # Recurrent states, batch-first [N, layers, hidden] per tensor: the rollout's (actor and
+        # critic) and the one act_inference carries; None until the first call sizes them.
+        self._hidden: dict[str, State] | None = None
+        self._inference_hidden: State | None = None
+
+    def _history_encoder(self, obs_dims: Mapping[str, int], actor_dim: int) -> HistoryEncoder | None:
+        """The temporal-conv encoder of the history group (``history_encoder=conv``), checked against its width."""
+        cfg = self.cfg
+        if self.history_group is None:
+            return None
+        if self.history_group not in obs_dims:
+            raise ValueError(
+                f"history_obs_group: group {self.history_group!r} is not among the observation groups {sorted(obs_dims)}"
+            )
+        width, frames = int(obs_dims[self.history_group]), int(cfg.history_frames)
+        if width % frames:
+            raise ValueError(
+                f"history_frames: {frames} does not divide the {self.history_group!r} group's width {width}; "
+                "expected its task's history_length"
+            )
+        encoder = HistoryEncoder(actor_dim, frames, width // frames, cfg.history_channels, cfg.history_kernel, cfg.activation)
+        return encoder.to(self.device)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether actor and critic carry a memory (``memory`` is not ``none``)."""
+        return self.actor_memory is not None
+
+    def _actor_input(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The actor's raw input row: its group, followed by the history group when it reads one."""
+        if self.history_group is None:
+            return obs[self.actor_group]
+        return torch.cat([obs[self.actor_group], obs[self.history_group].flatten(1)], dim=-1)
+
+    def _actor_features(self, actor_in: torch.Tensor) -> torch.Tensor:
+        return self.actor_encoder(actor_in) if self.actor_encoder is not None else actor_in
+
+    def _hidden_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Storage names and per-world shapes of every rollout hidden state (``actor.h``, ``critic.c``...)."""
+        assert self.actor_memory is not None and self.critic_memory is not None
+        shapes: dict[str, tuple[int, ...]] = {}
+        for owner, memory in (("actor", self.actor_memory), ("critic", self.critic_memory)):
+            for name, shape in zip(memory.state_names, memory.state_shapes, strict=True):
+                shapes[f"{owner}.{name}"] = shape
+        return shapes
+
+    def _flat_hidden(self, hidden: Mapping[str, State]) -> dict[str, torch.Tensor]:
+        return {key: t for key, t in zip(self._hidden_shapes(), (*hidden["actor"], *hidden["critic"]), strict=True)}
+
+    def _unflat_hidden(self, flat: Mapping[str, torch.Tensor]) -> dict[str, State]:
+        out: dict[str, list[torch.Tensor]] = {"actor": [], "critic": []}
+        for key in self._hidden_shapes():
+            out[key.split(".")[0]].append(flat[key])
+        return {owner: tuple(states) for owner, states in out.items()}
 
     # -- rollout -----------------------------------------------------------------------------
     def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -97,7 +176,7 @@ class PPO:
         Updates the observation normalisers with this batch. Call :meth:`process` before the next
         ``act``.
         """
-        actor_obs, critic_obs = obs[self.actor_group], obs[self.critic_group]
+        actor_obs, critic_obs = self._actor_input(obs), obs[self.critic_group]
         if self.storage is None:
             # Allocated outside inference mode: its buffers must be ordinary tensors for the update.
             self.storage = RolloutStorage(
@@ -106,6 +185,8 @@ class PPO:
                 {ACTOR_KEY: actor_obs.shape[1:], CRITIC_KEY: critic_obs.shape[1:]},
                 self.action_dim,
                 device=self.device,
+                hidden_shapes=self._hidden_shapes() if self.recurrent else None,
+                chunk_length=self.cfg.chunk_length,
             )
         with torch.inference_mode():
             if self.cfg.normalize_obs:
@@ -113,28 +194,76 @@ class PPO:
                 self.critic_normalizer.update(critic_obs)
             actor_in = self.actor_normalizer(actor_obs)
             critic_in = self.critic_normalizer(critic_obs)
-            mean = self.actor(actor_in)
+            if self.recurrent:
+                assert self.actor_memory is not None and self.critic_memory is not None
+                hidden = self._rollout_hidden(actor_obs.shape[0])
+                actor_out, next_actor = self.actor_memory.step(self._actor_features(actor_in), hidden["actor"])
+                critic_out, next_critic = self.critic_memory.step(critic_in, hidden["critic"])
+            else:
+                actor_out, critic_out = self._actor_features(actor_in), critic_in
+            mean = self.actor(actor_out)
             std = self.dist.std(mean)
             actions = self.dist.sample(mean, std)
             self._pending = {
                 "obs": {ACTOR_KEY: actor_in, CRITIC_KEY: critic_in},
                 "actions": actions,
-                "values": self.critic(critic_in).squeeze(-1),
+                "values": self.critic(critic_out).squeeze(-1),
                 "log_probs": self.dist.log_prob(mean, std, actions),
                 "action_mean": mean,
                 "action_std": std,
             }
+            if self.recurrent:
+                self._pending["hidden"] = hidden
+                self._pending["next_hidden"] = {"actor": next_actor, "critic": next_critic}
         return actions
 
-    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """The deterministic action (the policy mean) for evaluation and deployment; records nothing."""
-        with torch.inference_mode():
-            return self.actor(self.actor_normalizer(obs[self.actor_group]))
+    def _rollout_hidden(self, num_envs: int) -> dict[str, State]:
+        """The rollout's hidden states, zeros at the first call (or if the number of worlds changed)."""
+        assert self.actor_memory is not None and self.critic_memory is not None
+        if self._hidden is None or self._hidden["actor"][0].shape[0] != num_envs:
+            self._hidden = {
+                "actor": self.actor_memory.initial_state(num_envs),
+                "critic": self.critic_memory.initial_state(num_envs),
+            }
+        return self._hidden
 
-    def evaluate(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Critic values ``[N]`` of ``obs`` (no normaliser update)."""
+    def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The deterministic action (the policy mean) for evaluation and deployment; records nothing.
+
+        A recurrent policy advances its own inference hidden state (separate from the rollout's):
+        call :meth:`reset` for worlds whose episode ended. A batch of another size starts from zeros.
+        """
         with torch.inference_mode():
-            return self.critic(self.critic_normalizer(obs[self.critic_group])).squeeze(-1)
+            features = self._actor_features(self.actor_normalizer(self._actor_input(obs)))
+            if self.actor_memory is None:
+                return self.actor(features)
+            state = self._inference_hidden
+            if state is None or state[0].shape[0] != features.shape[0]:
+                state = self.actor_memory.initial_state(features.shape[0])
+            out, self._inference_hidden = self.actor_memory.step(features, state)
+            return self.actor(out)
+
+    def reset(self, done: torch.Tensor) -> None:
+        """Restart :meth:`act_inference`'s hidden state for the worlds where ``done[N]`` is true (their
+        next observation starts a new episode); the others keep theirs. A no-op for a feed-forward policy.
+        """
+        if self._inference_hidden is not None:
+            with torch.inference_mode():
+                self._inference_hidden = reset_state(self._inference_hidden, done.to(self.device))
+
+    def evaluate(self, obs: Mapping[str, torch.Tensor], hidden: State | None = None) -> torch.Tensor:
+        """Critic values ``[N]`` of ``obs`` (no normaliser update).
+
+        A recurrent critic reads ``obs`` from ``hidden`` (default: the rollout's current critic
+        state, i.e. ``obs`` is the observation the next :meth:`act` will see); nothing is advanced.
+        """
+        with torch.inference_mode():
+            critic_in = self.critic_normalizer(obs[self.critic_group])
+            if self.critic_memory is not None:
+                if hidden is None:
+                    hidden = self._rollout_hidden(critic_in.shape[0])["critic"]
+                critic_in, _ = self.critic_memory.step(critic_in, hidden)
+            return self.critic(critic_in).squeeze(-1)
 
     def process(self, transition: Transition) -> None:
         """Store the step that followed the last :meth:`act`.
@@ -148,10 +277,12 @@ class PPO:
         pending, self._pending = self._pending, None
         timeout_values = None
         final_obs = transition.next_obs
+        next_hidden = pending.get("next_hidden")
         if final_obs is not None and self.critic_group in final_obs:
             # V of every world, masked later by `truncated`: selecting only the truncated rows would
-            # need their count on the host.
-            timeout_values = self.evaluate(final_obs)
+            # need their count on the host. A recurrent critic reads the final observation with the
+            # state after this step, in the episode that observation belongs to.
+            timeout_values = self.evaluate(final_obs, next_hidden["critic"] if next_hidden is not None else None)
         self.storage.add(
             pending["obs"],
             pending["actions"],
@@ -163,7 +294,13 @@ class PPO:
             pending["action_mean"],
             pending["action_std"],
             timeout_values=timeout_values,
+            hidden=self._flat_hidden(pending["hidden"]) if next_hidden is not None else None,
         )
+        if next_hidden is not None:
+            # Worlds whose episode ended start the next one from the initial state; others go on.
+            done = (transition.terminated | transition.truncated).reshape(-1)
+            with torch.inference_mode():
+                self._hidden = {owner: reset_state(state, done) for owner, state in next_hidden.items()}
 
     def compute_returns(self, last_obs: Mapping[str, torch.Tensor]) -> None:
         """GAE over the full rollout, bootstrapping from the observation after its last step."""
@@ -191,13 +328,18 @@ class PPO:
         zero = torch.zeros((), device=self.device)
         sums = {k: zero.clone() for k in ("loss_policy", "loss_value", "loss_entropy", "kl", "clip_fraction")}
         count = 0
-        for batch in self.storage.mini_batches(cfg.num_epochs, cfg.num_minibatches, self.generator):
-            mean = self.actor(batch.obs[ACTOR_KEY])
+        batches = (
+            self.storage.chunk_batches(cfg.num_epochs, cfg.num_minibatches, self.generator)
+            if self.recurrent
+            else self.storage.mini_batches(cfg.num_epochs, cfg.num_minibatches, self.generator)
+        )
+        for batch in batches:
+            mean, values = self._forward_batch(batch)
+            mask = batch.valid if isinstance(batch, ChunkBatch) else None
             std = self.dist.std(mean)
             log_probs = self.dist.log_prob(mean, std, batch.actions)
-            values = self.critic(batch.obs[CRITIC_KEY]).squeeze(-1)
             with torch.no_grad():
-                kl = gaussian_kl(batch.action_mean, batch.action_std, mean, std).mean()
+                kl = masked_mean(gaussian_kl(batch.action_mean, batch.action_std, mean, std), mask)
                 if cfg.schedule == "adaptive":
                     self.learning_rate.copy_(
                         adaptive_learning_rate(
@@ -206,10 +348,11 @@ class PPO:
                         )
                     )
                 ratio = torch.exp(log_probs - batch.log_probs)
-                clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+                clip_fraction = masked_mean(((ratio - 1.0).abs() > cfg.clip_param).float(), mask)
             losses = ppo_loss(
                 log_probs, batch.log_probs, batch.advantages, values, batch.values, batch.returns,
                 self.dist.entropy(std), cfg.clip_param, cfg.value_clip, cfg.value_loss_coef, cfg.entropy_coef,
+                mask=mask,
             )
             total = losses["loss_policy"] + losses["loss_value"] + losses["loss_entropy"]
             self.optimizer.zero_grad(set_to_none=True)
@@ -227,20 +370,48 @@ class PPO:
         stats["action_std"] = self.dist.std(torch.zeros(self.action_dim, device=self.device)).detach().mean()
         return stats
 
+    def _forward_batch(self, batch: RolloutBatch | ChunkBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Policy means and values of a minibatch, with gradients: per sample, or for a chunk batch
+        the memories re-run over the chunk from its stored start states, restarting at episode ends.
+        """
+        actor_in = self._actor_features(batch.obs[ACTOR_KEY])
+        critic_in = batch.obs[CRITIC_KEY]
+        if isinstance(batch, ChunkBatch):
+            assert self.actor_memory is not None and self.critic_memory is not None
+            start = self._unflat_hidden(batch.hidden)
+            actor_in, _ = self.actor_memory.sequence(actor_in, start["actor"], batch.resets)
+            critic_in, _ = self.critic_memory.sequence(critic_in, start["critic"], batch.resets)
+        return self.actor(actor_in), self.critic(critic_in).squeeze(-1)
+
     # -- what the runners and export read ---------------------------------------------------
     def parameters(self) -> list[torch.Tensor]:
-        """Every learned tensor: actor, noise, critic, and the normalisers' running statistics."""
+        """Every learned tensor: actor, noise, critic (memories and encoder included), and the
+        normalisers' running statistics.
+        """
         stats = [*self.actor_normalizer.buffers(), *self.critic_normalizer.buffers()]
         return [*self._trained, *stats]
 
     def policy_module(self) -> nn.Module:
-        """The deterministic ``obs -> action`` module (normaliser, then the mean), a CPU copy in eval mode."""
-        return deployable(nn.Sequential(self.actor_normalizer, self.actor))
+        """The deterministic policy, a CPU copy in eval mode with the normaliser folded in.
+
+        Feed-forward: the plain ``obs -> action`` module (normaliser, [history encoder,] mean).
+        Recurrent: a :class:`robolearn.nn.recurrent.RecurrentPolicy`, ``(obs, *states) -> (action,
+        *new_states)`` with ``state_names``, ``state_shapes`` and ``initial_state(batch)``. With a
+        history encoder, ``obs`` is the actor group followed by the history group.
+        """
+        encoder: nn.Module = self.actor_encoder if self.actor_encoder is not None else nn.Identity()
+        if self.actor_memory is None:
+            if self.actor_encoder is None:
+                return deployable(nn.Sequential(self.actor_normalizer, self.actor))
+            return deployable(nn.Sequential(self.actor_normalizer, encoder, self.actor))
+        return deployable(RecurrentPolicy(self.actor_normalizer, encoder, self.actor_memory, self.actor))
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Networks, normalisers, optimiser, learning rate and shuffling generator."""
-        return {
+        """Networks, normalisers, optimiser, learning rate and shuffling generator; a recurrent or
+        history-encoding agent adds its modules and its rollout and inference hidden states.
+        """
+        state = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
             "dist": self.dist.state_dict(),
@@ -250,6 +421,19 @@ class PPO:
             "learning_rate": self.learning_rate.detach().clone(),
             "generator": self.generator.get_state(),
         }
+        if self.actor_encoder is not None:
+            state["actor_encoder"] = self.actor_encoder.state_dict()
+        if self.actor_memory is not None and self.critic_memory is not None:
+            state["actor_memory"] = self.actor_memory.state_dict()
+            state["critic_memory"] = self.critic_memory.state_dict()
+            # Clones outside inference mode: ordinary tensors, safe to deep-copy, save and load.
+            state["hidden"] = (
+                None if self._hidden is None else {k: t.clone() for k, t in self._flat_hidden(self._hidden).items()}
+            )
+            state["inference_hidden"] = (
+                None if self._inference_hidden is None else tuple(t.clone() for t in self._inference_hidden)
+            )
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore everything :meth:`state_dict` saved."""
@@ -265,3 +449,16 @@ class PPO:
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate
         self.generator.set_state(state["generator"])
+        if self.actor_encoder is not None:
+            self.actor_encoder.load_state_dict(state["actor_encoder"])
+        if self.actor_memory is not None and self.critic_memory is not None:
+            self.actor_memory.load_state_dict(state["actor_memory"])
+            self.critic_memory.load_state_dict(state["critic_memory"])
+            hidden, inference = state.get("hidden"), state.get("inference_hidden")
+            self._hidden = (
+                None if hidden is None
+                else self._unflat_hidden({k: torch.as_tensor(t).to(self.device, copy=True) for k, t in hidden.items()})
+            )
+            self._inference_hidden = (
+                None if inference is None else tuple(torch.as_tensor(t).to(self.device, copy=True) for t in inference)
+            )

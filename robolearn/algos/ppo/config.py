@@ -7,6 +7,12 @@ from dataclasses import dataclass
 SCHEDULES: tuple[str, ...] = ("adaptive", "fixed")
 """Learning-rate schedules PPO knows."""
 
+MEMORIES: tuple[str, ...] = ("none", "gru", "lstm")
+"""Recurrent memories of actor and critic (``none``: feed-forward PPO)."""
+
+HISTORY_ENCODERS: tuple[str, ...] = ("none", "conv")
+"""Encoders of the ``history`` observation group for the actor (``none``: the actor does not read it)."""
+
 
 @dataclass
 class PPOConfig:
@@ -67,6 +73,28 @@ class PPOConfig:
     asymmetric actor-critic."""
     seed: int = 0
     """Seed of the minibatch shuffling generator."""
+    memory: str = "none"
+    """``gru`` or ``lstm``: actor and critic each get their own recurrent memory between their input
+    and their MLP (the critic's reads the critic group), trained with truncated BPTT over
+    ``bptt_length``-step chunks of the rollout; ``none``: feed-forward PPO."""
+    memory_hidden: int = 256
+    """Hidden size of each memory."""
+    memory_layers: int = 1
+    """Stacked recurrent layers of each memory."""
+    bptt_length: int | None = None
+    """Steps per truncated-BPTT chunk (``None``: the whole rollout, ``num_steps``). Each chunk re-runs
+    the memory from the hidden state stored at its first step; minibatches are sets of chunks."""
+    history_encoder: str = "none"
+    """``conv``: the actor also reads the ``history_obs_group`` group through a temporal convolution
+    (its input row is then the actor group followed by the history group); ``none``: it does not."""
+    history_obs_group: str = "history"
+    """The observation group of stacked frames the history encoder reads."""
+    history_frames: int = 0
+    """Frames stacked in the history group (its task's ``history_length``); needed by ``conv``."""
+    history_channels: tuple[int, ...] = (32, 32)
+    """Output channels of each ``Conv1d`` layer of the history encoder."""
+    history_kernel: int = 3
+    """Kernel size (in frames) of each ``Conv1d`` layer."""
 
     def __post_init__(self) -> None:
         """Reject values that cannot work, naming the field and the valid choices."""
@@ -79,5 +107,27 @@ class PPOConfig:
             raise ValueError(f"gamma and lam must lie in [0, 1], got gamma={self.gamma}, lam={self.lam}")
         if self.clip_param <= 0 or self.learning_rate <= 0 or self.desired_kl <= 0:
             raise ValueError("clip_param, learning_rate and desired_kl must be positive")
+        if self.memory not in MEMORIES:
+            raise ValueError(f"memory: unknown {self.memory!r}; expected one of {', '.join(MEMORIES)}")
+        if self.history_encoder not in HISTORY_ENCODERS:
+            raise ValueError(
+                f"history_encoder: unknown {self.history_encoder!r}; expected one of {', '.join(HISTORY_ENCODERS)}"
+            )
+        for name in ("memory_hidden", "memory_layers", "history_kernel"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
+        if self.bptt_length is not None and int(self.bptt_length) < 1:
+            raise ValueError(f"bptt_length: expected an integer >= 1 or None, got {self.bptt_length}")
+        if self.history_encoder == "conv" and int(self.history_frames) < 1:
+            raise ValueError(
+                f"history_frames: expected the history group's frame count (>= 1) with history_encoder=conv, "
+                f"got {self.history_frames}"
+            )
         self.actor_hidden = tuple(self.actor_hidden)
         self.critic_hidden = tuple(self.critic_hidden)
+        self.history_channels = tuple(self.history_channels)
+
+    @property
+    def chunk_length(self) -> int:
+        """Steps per truncated-BPTT chunk: ``bptt_length``, or the whole rollout."""
+        return int(self.bptt_length) if self.bptt_length is not None else int(self.num_steps)

@@ -5,8 +5,22 @@ from __future__ import annotations
 import torch
 
 
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``x.mean()``, or with ``mask`` (bool or 0/1, ``x``'s shape) the mean over the entries it keeps:
+    padded steps of a truncated-BPTT chunk carry no weight. No host sync (the count stays a tensor).
+    """
+    if mask is None:
+        return x.mean()
+    weight = mask.to(x.dtype)
+    return (x * weight).sum() / weight.sum().clamp_min(1.0)
+
+
 def surrogate_loss(
-    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, clip_param: float
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_param: float,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Clipped surrogate ``mean(max(-A r, -A clip(r, 1-eps, 1+eps)))`` with ``r = exp(lp - lp_old)``.
 
@@ -16,25 +30,29 @@ def surrogate_loss(
     ratio = torch.exp(log_probs - old_log_probs)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
-    return torch.maximum(unclipped, clipped).mean()
+    return masked_mean(torch.maximum(unclipped, clipped), mask)
 
 
 def value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_param: float | None = None
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip_param: float | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Squared error to ``returns``; with ``clip_param``, the pessimistic max of the unclipped error
     and that of ``old_values + clip(values - old_values, -eps, eps)`` (PPO2's value clipping).
     """
     unclipped = (values - returns).square()
     if clip_param is None:
-        return unclipped.mean()
+        return masked_mean(unclipped, mask)
     clipped_values = old_values + (values - old_values).clamp(-clip_param, clip_param)
-    return torch.maximum(unclipped, (clipped_values - returns).square()).mean()
+    return masked_mean(torch.maximum(unclipped, (clipped_values - returns).square()), mask)
 
 
-def entropy_loss(entropy: torch.Tensor, coef: float) -> torch.Tensor:
+def entropy_loss(entropy: torch.Tensor, coef: float, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``-coef * mean(entropy)``: minimising it rewards exploration."""
-    return -coef * entropy.mean()
+    return -coef * masked_mean(entropy, mask)
 
 
 def gaussian_kl(
@@ -75,14 +93,17 @@ def ppo_loss(
     value_clip: bool,
     value_loss_coef: float,
     entropy_coef: float,
+    mask: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """The three weighted terms whose sum PPO minimises: ``loss_policy``, ``loss_value``, ``loss_entropy``.
 
     ``loss_policy`` depends on the actor only and ``loss_value`` on the critic only, so the two
-    networks' gradients stay separate (shared parameters would be the caller's choice).
+    networks' gradients stay separate (shared parameters would be the caller's choice). ``mask``
+    (recurrent PPO's chunk padding) keeps only the real steps in every mean.
     """
     return {
-        "loss_policy": surrogate_loss(log_probs, old_log_probs, advantages, clip_param),
-        "loss_value": value_loss_coef * value_loss(values, old_values, returns, clip_param if value_clip else None),
-        "loss_entropy": entropy_loss(entropy, entropy_coef),
+        "loss_policy": surrogate_loss(log_probs, old_log_probs, advantages, clip_param, mask),
+        "loss_value": value_loss_coef
+        * value_loss(values, old_values, returns, clip_param if value_clip else None, mask),
+        "loss_entropy": entropy_loss(entropy, entropy_coef, mask),
     }
