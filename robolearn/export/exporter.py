@@ -5,6 +5,19 @@ in) to the action vector the robot's action terms expect. The manifest (:class:`
 carries the run's typed policy spec (:class:`robolearn.spec.PolicySpec`); the deploy runtime
 refuses a policy whose manifest does not match its robot (:meth:`ExportManifest.check_compatible`).
 Parity with the eager policy is measured at export time and recorded in the manifest.
+
+A **recurrent** policy (a module with ``state_names``, ``state_shapes`` and ``initial_state(batch)``;
+``forward(obs, *states) -> (action, *new_states)``, one control step) exports with its hidden
+state as explicit graph inputs and outputs: ``obs``, ``h_in`` (, ``c_in``) in and ``action``,
+``h_out`` (, ``c_out``) out, every one with the batch as its dynamic first axis. The caller carries
+the state: it feeds each ``*_out`` back as the next step's ``*_in``, starting from zeros and
+starting over at every episode start. The manifest says so (version 3, ``recurrent.states``: a
+:class:`robolearn.spec.manifest.StateSpec` per state), and the parity check steps a sequence of
+observations through the eager module and the exported graph, each carrying its own state.
+
+Manifest versions: a feed-forward policy's manifest is written as version 2 (the layout it needs,
+so a runtime that predates recurrent policies still loads it); a recurrent one's as version 3,
+which such a runtime refuses rather than run the network without its state.
 """
 
 from __future__ import annotations
@@ -27,16 +40,25 @@ import torch
 from torch import nn
 
 from robolearn.spec import PolicySpec
+from robolearn.spec.manifest import SpecError, StateSpec, load_states
 from robolearn.types import assert_reads
 from robolearn.utils.config import ConfigError, read_json_object
 from robolearn.utils.version import VERSION
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 2
-"""Bumped when the manifest layout changes; 2 adds ``policy_spec`` (the typed spec, validated on load)."""
-READABLE_MANIFESTS = (1, 2)
+MANIFEST_VERSION = 3
+"""The newest manifest layout; 2 adds ``policy_spec`` (the typed spec, validated on load), 3 adds
+``recurrent`` (the hidden states a recurrent network reads and returns). Feed-forward policies are
+still written as version 2 (:data:`FEEDFORWARD_MANIFEST_VERSION`)."""
+FEEDFORWARD_MANIFEST_VERSION = 2
+"""The layout a policy without hidden state is written in (the oldest one with a typed spec)."""
+READABLE_MANIFESTS = (1, 2, 3)
 """Manifest versions :func:`load_manifest` reads (1: hashes verified, no typed spec)."""
+TYPED_MANIFESTS = (2, 3)
+"""Manifest versions with a typed policy spec (:class:`ExportManifest` reads them)."""
+PARITY_STEPS = 50
+"""Control steps of the recurrent parity sequence (the state carried through all of them)."""
 FORMATS = ("onnx", "torchscript")
 """Export formats ``export_policy`` accepts."""
 FILENAMES = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
@@ -70,16 +92,22 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def _export_onnx(policy: nn.Module, example: torch.Tensor, path: Path) -> None:
+def _export_onnx(
+    policy: nn.Module,
+    example: torch.Tensor,
+    path: Path,
+    states: tuple[StateSpec, ...] = (),
+    example_states: tuple[torch.Tensor, ...] = (),
+) -> None:
     batch = torch.export.Dim("batch", min=1, max=65536)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter warns about optional packages (torchvision)
         program = torch.onnx.export(
             policy,
-            (example,),
-            input_names=["obs"],
-            output_names=["action"],
-            dynamic_shapes=({0: batch},),
+            (example, *example_states),
+            input_names=["obs", *(s.input for s in states)],
+            output_names=["action", *(s.output for s in states)],
+            dynamic_shapes=tuple({0: batch} for _ in range(1 + len(states))),
             dynamo=True,
             verbose=False,
         )
@@ -89,8 +117,14 @@ def _export_onnx(policy: nn.Module, example: torch.Tensor, path: Path) -> None:
         _atomic_write_bytes(path, staged.read_bytes())
 
 
-def _export_torchscript(policy: nn.Module, example: torch.Tensor, path: Path) -> None:
-    traced = torch.jit.trace(policy, (example,), check_trace=False)
+def _export_torchscript(
+    policy: nn.Module,
+    example: torch.Tensor,
+    path: Path,
+    states: tuple[StateSpec, ...] = (),
+    example_states: tuple[torch.Tensor, ...] = (),
+) -> None:
+    traced = torch.jit.trace(policy, (example, *example_states), check_trace=False)
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / path.name
         traced.save(str(staged))
@@ -108,6 +142,103 @@ def _run_exported(fmt: str, path: Path, obs: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(session.run(None, {"obs": obs.numpy()})[0])
 
 
+def recurrent_states(policy: nn.Module) -> tuple[StateSpec, ...]:
+    """The hidden states a policy module declares (``state_names``, ``state_shapes``), as the
+    manifest lists them; empty for a feed-forward module (no ``state_names``).
+
+    Raises:
+        ExportError: the declaration is inconsistent (names and shapes of different lengths, a
+            shape that is not a tuple of positive sizes, names that collide).
+    """
+    names = getattr(policy, "state_names", None)
+    if names is None:
+        return ()
+    shapes = getattr(policy, "state_shapes", None)
+    if not callable(getattr(policy, "initial_state", None)):
+        raise ExportError("recurrent policy: it has state_names but no initial_state(batch)")
+    if shapes is None or len(tuple(shapes)) != len(tuple(names)):
+        raise ExportError(f"recurrent policy: state_shapes {shapes!r} do not give one shape per state name {tuple(names)!r}")
+    entries = [
+        {"name": str(n), "input": f"{n}_in", "output": f"{n}_out", "shape": [int(d) for d in shape]}
+        for n, shape in zip(names, shapes, strict=True)
+    ]
+    try:
+        return load_states(entries, "policy.state_names/state_shapes")
+    except SpecError as exc:
+        raise ExportError(f"recurrent policy: {exc}") from None
+
+
+def _step_sequence(
+    step: Any, obs: torch.Tensor, state: tuple[torch.Tensor, ...], feed_back: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step ``obs[T, B, D]`` through ``step(obs, *state) -> (action, *new_state)`` from ``state``;
+    return the actions ``[T, B, A]`` and the states after every step, flattened and concatenated
+    ``[T, B, S]``. Without ``feed_back`` every step starts from ``state`` (what forgetting to carry
+    the state looks like).
+    """
+    actions, states = [], []
+    first = state
+    for t in range(obs.shape[0]):
+        action, *new = step(obs[t], *(state if feed_back else first))
+        state = tuple(new)
+        actions.append(action)
+        states.append(torch.cat([s.reshape(s.shape[0], -1) for s in state], dim=1))
+    return torch.stack(actions), torch.stack(states)
+
+
+def exported_stepper(fmt: str, path: str | os.PathLike[str], states: Sequence[StateSpec]) -> Any:
+    """A callable ``(obs, *states) -> (action, *new_states)`` (torch tensors) running the exported
+    recurrent network at ``path`` in format ``fmt``: ONNX Runtime or TorchScript.
+    """
+    if fmt == "torchscript":
+        module = torch.jit.load(str(path))
+
+        def run_ts(obs: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            with torch.no_grad():
+                return tuple(module(obs, *state))
+
+        return run_ts
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    inputs = ["obs", *(s.input for s in states)]
+    outputs = ["action", *(s.output for s in states)]
+
+    def run_onnx(obs: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        feed = {name: x.numpy() for name, x in zip(inputs, (obs, *state), strict=True)}
+        return tuple(torch.from_numpy(y) for y in session.run(outputs, feed))
+
+    return run_onnx
+
+
+def _check_recurrent(policy: nn.Module, states: tuple[StateSpec, ...], obs_dim: int, action_dim: int) -> None:
+    """The module's initial state is zeros of the declared shapes and one step returns an action
+    ``[B, A]`` and states of the same shapes (what the manifest will promise).
+    """
+    initial = tuple(policy.initial_state(2))
+    if len(initial) != len(states):
+        raise ExportError(f"recurrent policy: initial_state gives {len(initial)} tensors for {len(states)} states")
+    for spec, tensor in zip(states, initial, strict=True):
+        if tuple(tensor.shape) != (2, *spec.shape):
+            raise ExportError(
+                f"recurrent policy: initial_state(2) gives {spec.name} of shape {list(tensor.shape)}, "
+                f"expected [2, {', '.join(map(str, spec.shape))}] (state_shapes)"
+            )
+        if tensor.dtype != torch.float32:
+            raise ExportError(f"recurrent policy: state {spec.name} is {tensor.dtype}, expected torch.float32")
+        if bool(tensor.any()):
+            raise ExportError(f"recurrent policy: initial state {spec.name} is not zeros (the manifest promises zeros)")
+    with torch.no_grad():
+        out = policy(torch.zeros(2, obs_dim), *initial)
+    if not isinstance(out, tuple) or len(out) != 1 + len(states):
+        raise ExportError(f"recurrent policy: forward must return (action, {', '.join(s.name for s in states)})")
+    if tuple(out[0].shape) != (2, action_dim):
+        raise ExportError(f"policy maps obs [B, {obs_dim}] to {tuple(out[0].shape[1:])}, expected [B, {action_dim}] actions")
+    for spec, tensor in zip(states, out[1:], strict=True):
+        if tuple(tensor.shape) != (2, *spec.shape):
+            raise ExportError(f"recurrent policy: forward returns {spec.name} of shape {list(tensor.shape)}, expected [B, {', '.join(map(str, spec.shape))}]")
+
+
 def export_policy(
     policy: nn.Module,
     spec: PolicySpec | Mapping[str, Any],
@@ -116,10 +247,12 @@ def export_policy(
     *,
     obs_group: str = "policy",
     parity_samples: int = 256,
+    parity_steps: int = PARITY_STEPS,
     atol: float = 1e-4,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Export ``policy`` (``obs[B, D] -> action[B, A]``, normalisation folded in) and write the manifest.
+    """Export ``policy`` (``obs[B, D] -> action[B, A]``, normalisation folded in; or a recurrent
+    module, see the module doc) and write the manifest.
 
     Args:
         policy: eager module in eval mode; deterministic (the mean action).
@@ -128,8 +261,11 @@ def export_policy(
         out_dir: folder for ``policy.onnx`` / ``policy.pt`` / ``manifest.json``.
         formats: any of ``onnx``, ``torchscript``.
         obs_group: the observation group the policy reads.
-        parity_samples: random observations the parity check compares.
-        atol: largest accepted absolute difference between exported and eager actions.
+        parity_samples: random observations the parity check compares (a recurrent policy: the
+            number of sequences, each ``parity_steps`` long).
+        parity_steps: steps of each recurrent parity sequence, the state carried through them.
+        atol: largest accepted absolute difference between exported and eager actions (and, for a
+            recurrent policy, states).
         seed: seed of the parity observations.
 
     Returns:
@@ -147,6 +283,12 @@ def export_policy(
     obs_dim = math.prod(spec.observations[obs_group].shape)
     out = Path(out_dir)
     policy = policy.eval()
+    states = recurrent_states(policy)
+    if states:
+        if parity_steps < 2:
+            raise ValueError(f"parity_steps: expected >= 2 (the state must be carried), got {parity_steps}")
+        return _export_recurrent(policy, spec, states, out, formats, obs_group, obs_dim,
+                                 parity_samples, parity_steps, atol, seed)
     gen = torch.Generator().manual_seed(seed)
     obs = torch.randn(parity_samples, obs_dim, generator=gen) * 2.0
     with torch.no_grad():
@@ -173,6 +315,52 @@ def export_policy(
     return manifest
 
 
+def _export_recurrent(
+    policy: nn.Module,
+    spec: PolicySpec,
+    states: tuple[StateSpec, ...],
+    out: Path,
+    formats: Sequence[str],
+    obs_group: str,
+    obs_dim: int,
+    samples: int,
+    steps: int,
+    atol: float,
+    seed: int,
+) -> dict[str, Any]:
+    """:func:`export_policy` of a recurrent module: state inputs and outputs, sequence parity."""
+    _check_recurrent(policy, states, obs_dim, spec.action_dim)
+    gen = torch.Generator().manual_seed(seed)
+    obs = torch.randn(steps, samples, obs_dim, generator=gen) * 2.0
+    with torch.no_grad():
+        eager_actions, eager_states = _step_sequence(policy, obs, tuple(policy.initial_state(samples)))
+    # A batch of 2 to trace: torch.export specialises a size-1 axis to a constant, and the
+    # dynamic batch axis must stay dynamic on every input and output.
+    example_states = tuple(policy.initial_state(2))
+    files: dict[str, Artifact] = {}
+    for fmt in formats:
+        path = out / FILENAMES[fmt]
+        try:
+            (_export_onnx if fmt == "onnx" else _export_torchscript)(policy, obs[0, :2], path, states, example_states)
+        except Exception as exc:
+            raise ExportError(f"{fmt} export failed: {exc}") from exc
+        # The exported graph carries its own state from zeros: an error anywhere compounds
+        # through the sequence, as it would on the robot.
+        zeros = tuple(torch.zeros(samples, *s.shape) for s in states)
+        actions, carried = _step_sequence(exported_stepper(fmt, path, states), obs, zeros)
+        err = max(float((actions - eager_actions).abs().max()), float((carried - eager_states).abs().max()))
+        if not err <= atol:
+            raise ExportError(
+                f"{fmt} parity: max |exported - eager| over {steps} steps with the state carried = {err:.3g} "
+                f"exceeds atol {atol:g}"
+            )
+        files[fmt] = Artifact(path.name, sha256_file(path), err)
+        log.info("exported recurrent %s to %s (%d-step parity max abs err %.3g)", fmt, path, steps, err)
+    manifest = ExportManifest(spec, obs_group, files, samples, states=states, parity_steps=steps).to_dict()
+    _atomic_write_bytes(out / "manifest.json", json.dumps(manifest, indent=2).encode())
+    return manifest
+
+
 @dataclass(frozen=True)
 class Artifact:
     """One exported file of the policy."""
@@ -188,9 +376,9 @@ class Artifact:
 @dataclass(frozen=True)
 class ExportManifest:
     """The manifest of an exported policy: the typed policy spec, the group the network reads, the
-    files and their parity. ``to_dict`` writes ``manifest.json`` with a content hash over
-    everything but the date; ``inputs``/``outputs`` repeat the network's side of the spec for
-    readers that know only those.
+    files and their parity, and a recurrent network's hidden states. ``to_dict`` writes
+    ``manifest.json`` with a content hash over everything but the date; ``inputs``/``outputs``
+    repeat the network's side of the spec for readers that know only those.
     """
 
     spec: PolicySpec
@@ -200,68 +388,133 @@ class ExportManifest:
     files: dict[str, Artifact]
     """Exported files by format (``onnx``, ``torchscript``)."""
     parity_samples: int = 0
-    """Random observations the parity check compared."""
+    """Random observations the parity check compared (recurrent: sequences)."""
     created: str = ""
     """UTC time of the export (ISO 8601); not hashed. Empty: now, when written."""
     robolearn_version: str = VERSION
     """The robolearn that exported it."""
+    states: tuple[StateSpec, ...] = ()
+    """A recurrent network's hidden states, in input order after ``obs`` (empty: feed-forward).
+    Written under ``recurrent.states`` (manifest version 3)."""
+    parity_steps: int = 0
+    """Steps of each recurrent parity sequence (0: feed-forward)."""
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the network has hidden state the caller must carry between steps."""
+        return bool(self.states)
+
+    @property
+    def version(self) -> int:
+        """The layout this manifest is written in: 3 with hidden states, 2 without."""
+        return MANIFEST_VERSION if self.states else FEEDFORWARD_MANIFEST_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         """The ``manifest.json`` mapping, ``content_hash`` included."""
         spec = self.spec.to_dict()
         group = spec["observations"][self.obs_group]
+        inputs: list[dict[str, Any]] = [
+            {
+                "name": "obs",
+                "group": self.obs_group,
+                "shape": [-1, *group["shape"]],
+                "dtype": "float32",
+                "history_length": group["history_length"],
+                "normalization": "folded into the network",
+                "terms": group["terms"],
+            }
+        ]
+        outputs: list[dict[str, Any]] = [
+            {"name": "action", "shape": [-1, self.spec.action_dim], "dtype": "float32", "terms": spec["actions"]}
+        ]
+        for state in self.states:
+            inputs.append({"name": state.input, "state": state.name, "shape": [-1, *state.shape], "dtype": state.dtype})
+            outputs.append({"name": state.output, "state": state.name, "shape": [-1, *state.shape], "dtype": state.dtype})
         manifest: dict[str, Any] = {
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": self.version,
             "robolearn_version": self.robolearn_version,
             "created": self.created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "task_id": self.spec.task_id,
-            "inputs": [
-                {
-                    "name": "obs",
-                    "group": self.obs_group,
-                    "shape": [-1, *group["shape"]],
-                    "dtype": "float32",
-                    "history_length": group["history_length"],
-                    "normalization": "folded into the network",
-                    "terms": group["terms"],
-                }
-            ],
-            "outputs": [{"name": "action", "shape": [-1, self.spec.action_dim], "dtype": "float32", "terms": spec["actions"]}],
+            "inputs": inputs,
+            "outputs": outputs,
             "control_rate_hz": self.spec.control_rate_hz,
             "joint_order": spec["joint_order"],
             "files": {fmt: dataclasses.asdict(a) for fmt, a in self.files.items()},
             "parity_samples": self.parity_samples,
             "policy_spec": spec,
         }
+        if self.states:
+            # Version 3 only: a feed-forward manifest stays byte-for-byte the version-2 layout.
+            manifest["recurrent"] = {
+                "states": [s.to_dict() for s in self.states],
+                "parity_steps": self.parity_steps,
+            }
         manifest["content_hash"] = _content_hash(manifest)
         return manifest
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "manifest") -> ExportManifest:
-        """Read a version-2 manifest mapping, validating its policy spec (the bad field named)."""
+        """Read a version-2 or -3 manifest mapping, validating its policy spec and (version 3) its
+        recurrent states; the bad field is named.
+        """
         version = data.get("manifest_version")
-        if version != MANIFEST_VERSION:
+        if version not in TYPED_MANIFESTS:
             raise ExportError(
-                f"{where}: manifest_version {version!r} has no typed policy spec (version {MANIFEST_VERSION} "
-                "has); export the run again"
+                f"{where}: manifest_version {version!r} has no typed policy spec (versions "
+                f"{', '.join(map(str, TYPED_MANIFESTS))} have); export the run again"
             )
         spec = PolicySpec.from_dict(data.get("policy_spec"), f"{where}.policy_spec")
+        states, steps = _read_recurrent(data, version, where)
         try:
-            (inp,) = data["inputs"]
+            inp = data["inputs"][0]
+            if inp["name"] != "obs":
+                raise ValueError(f"inputs[0].name is {inp['name']!r}, expected 'obs'")
             group = str(inp["group"])
             files = {
                 str(fmt): Artifact(str(e["path"]), str(e["sha256"]), float(e["parity_max_abs_err"]))
                 for fmt, e in data["files"].items()
             }
-            return cls(spec, group, files, int(data["parity_samples"]), str(data["created"]), str(data["robolearn_version"]))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            names = [str(e["name"]) for e in data["inputs"]], [str(e["name"]) for e in data["outputs"]]
+            return cls(spec, group, files, int(data["parity_samples"]), str(data["created"]), str(data["robolearn_version"]),
+                       states=states, parity_steps=steps)._check_names(names, where)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ExportError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+
+    def _check_names(self, names: tuple[list[str], list[str]], where: str) -> ExportManifest:
+        """``self`` when the listed inputs and outputs are the network's (``obs`` and the state
+        inputs; ``action`` and the state outputs), else :class:`ExportError` naming the list.
+        """
+        want = ["obs", *(s.input for s in self.states)], ["action", *(s.output for s in self.states)]
+        for key, got, expected in zip(("inputs", "outputs"), names, want, strict=True):
+            if got != expected:
+                raise ExportError(f"{where}.{key}: expected the tensors {expected} (recurrent.states), got {got}")
+        return self
 
     def check_compatible(self, robot: PolicySpec) -> None:
         """Refuse (:class:`~robolearn.spec.SpecMismatch`, the first difference named) a robot whose
         declared spec does not give this policy its input group, actions, joints and control rate.
         """
         self.spec.check_compatible(robot, groups=[self.obs_group])
+
+
+def _read_recurrent(data: Mapping[str, Any], version: int, where: str) -> tuple[tuple[StateSpec, ...], int]:
+    """The states and parity steps of a manifest's ``recurrent`` section (none before version 3)."""
+    section = data.get("recurrent")
+    if version < MANIFEST_VERSION:
+        if section is not None:
+            raise ExportError(f"{where}.recurrent: a version-{version} manifest has no recurrent section (version 3 has)")
+        return (), 0
+    w = f"{where}.recurrent"
+    if not isinstance(section, Mapping):
+        raise SpecError(f"{w}: expected an object with states and parity_steps, got {section!r}")
+    unknown = sorted(set(section) - {"states", "parity_steps"})
+    if unknown:
+        raise SpecError(f"{w}.{unknown[0]}: not a field of the recurrent section; fields: states, parity_steps")
+    states = load_states(section.get("states"), f"{w}.states")
+    steps = section.get("parity_steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise SpecError(f"{w}.parity_steps: expected an integer >= 0, got {steps!r}")
+    return states, steps
 
 
 def _content_hash(manifest: Mapping[str, Any]) -> str:
@@ -271,17 +524,26 @@ def _content_hash(manifest: Mapping[str, Any]) -> str:
 
 
 def build_manifest(
-    spec: PolicySpec | Mapping[str, Any], files: Mapping[str, Any], *, obs_group: str = "policy", parity_samples: int = 0
+    spec: PolicySpec | Mapping[str, Any],
+    files: Mapping[str, Any],
+    *,
+    obs_group: str = "policy",
+    parity_samples: int = 0,
+    states: Sequence[StateSpec] = (),
+    parity_steps: int = 0,
 ) -> dict[str, Any]:
-    """The manifest mapping of ``spec`` and exported ``files`` (``{fmt: Artifact or its mapping}``)."""
+    """The manifest mapping of ``spec`` and exported ``files`` (``{fmt: Artifact or its mapping}``);
+    ``states``: a recurrent network's hidden states (version 3).
+    """
     typed = spec if isinstance(spec, PolicySpec) else PolicySpec.from_dict(spec, "policy spec")
     artifacts = {k: v if isinstance(v, Artifact) else Artifact(**v) for k, v in files.items()}
-    return ExportManifest(typed, obs_group, artifacts, parity_samples).to_dict()
+    return ExportManifest(typed, obs_group, artifacts, parity_samples, states=tuple(states), parity_steps=parity_steps).to_dict()
 
 
 def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a manifest (version 1 or 2) and verify its content hash and every artifact's SHA-256;
-    a version-2 manifest's policy spec is validated too. Raise :class:`ExportError` on any mismatch.
+    """Read a manifest (version 1, 2 or 3) and verify its content hash and every artifact's SHA-256;
+    a version-2 or -3 manifest's policy spec (and version 3's recurrent states) are validated too.
+    Raise :class:`ExportError` on any mismatch (:class:`~robolearn.spec.SpecError` for a bad field).
     """
     path = Path(path)
     manifest_file = path / "manifest.json" if path.is_dir() else path
@@ -299,7 +561,7 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     if _content_hash(manifest) != manifest["content_hash"]:
         raise ExportError(f"manifest {manifest_file}: content_hash does not match its contents (edited?)")
-    if manifest["manifest_version"] == MANIFEST_VERSION:
+    if manifest["manifest_version"] in TYPED_MANIFESTS:
         ExportManifest.from_dict(manifest, f"manifest {manifest_file}")
     for fmt, entry in manifest["files"].items():
         artifact = manifest_file.parent / entry["path"]
@@ -309,6 +571,6 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> ExportManifest:
-    """:func:`load_manifest` (hashes verified) as the typed :class:`ExportManifest` (version 2 only)."""
+    """:func:`load_manifest` (hashes verified) as the typed :class:`ExportManifest` (versions 2 and 3)."""
     manifest = load_manifest(path)
     return ExportManifest.from_dict(manifest, f"manifest {path}")

@@ -23,6 +23,11 @@ Versions (``spec_version``):
 Older files load with the newer fields at their defaults and are upgraded in memory
 (``spec_version`` 3); writing one back writes the current layout.
 
+A recurrent policy's hidden state is the network's, not the env's: :class:`StateSpec` describes one
+state tensor the exported network reads and returns (names, shape, dtype, initial value, reset
+rule); the export manifest lists them (``robolearn.export``, manifest version 3), and
+:func:`load_states` reads such a list back, validated like the spec.
+
 Numbers that may be infinite (action bounds, clip ranges) are written as the strings ``"inf"`` and
 ``"-inf"``, which JSON lacks as numbers; NaN is never valid.
 """
@@ -48,6 +53,10 @@ READABLE_VERSIONS = (1, 2, 3)
 
 NoiseKind = Literal["uniform", "gaussian"]
 ActionKind = Literal["torque", "joint_pos", "joint_vel"]
+StateInit = Literal["zeros"]
+StateReset = Literal["episode_start"]
+STATE_DTYPES = ("float32",)
+"""Dtypes a recurrent state may have: the exported networks compute in float32."""
 
 
 class SpecError(ConfigError):
@@ -359,6 +368,81 @@ class PolicySpec:
             raise SpecMismatch(f"policy {self.task_id!r} cannot run here: {found[0]}{more}")
 
 
+@dataclass(frozen=True)
+class StateSpec:
+    """One recurrent state tensor of an exported policy: the network reads it as input ``input`` and
+    returns its next value as output ``output``; the caller feeds each output back as the next
+    step's input, starting from ``initial`` and starting over at every ``reset`` point.
+    """
+
+    name: str
+    """The state's name in the policy module (``h``; ``h`` and ``c`` for an LSTM)."""
+    input: str
+    """The network input that takes it (``h_in``)."""
+    output: str
+    """The network output that returns its next value (``h_out``)."""
+    shape: tuple[int, ...]
+    """Shape of one world's state (``[num_layers, hidden]``); the network's is ``[batch, *shape]``."""
+    dtype: str = "float32"
+    """Element dtype (one of :data:`STATE_DTYPES`)."""
+    initial: StateInit = "zeros"
+    """Value before the first step and after every reset: ``zeros``."""
+    reset: StateReset = "episode_start"
+    """When the state starts over: ``episode_start`` (the first step of an episode; on a robot, any
+    discontinuity: start, restart after an e-stop, a hold, a lost robot)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON mapping."""
+        return _dump(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "state") -> StateSpec:
+        """Read and validate one state (:class:`SpecError` names the field and the value)."""
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        state = _load_dataclass(cls, data, where)
+        state.validate(where)
+        return state
+
+    def validate(self, where: str = "state") -> None:
+        """Check names, shape and dtype (``from_dict`` calls it)."""
+        for name in ("name", "input", "output"):
+            if not getattr(self, name).isidentifier():
+                raise SpecError(f"{where}.{name}: expected an identifier, got {getattr(self, name)!r}")
+        if not self.shape or any(d < 1 for d in self.shape):
+            raise SpecError(f"{where}.shape: expected one or more sizes >= 1, got {list(self.shape)}")
+        if self.dtype not in STATE_DTYPES:
+            raise SpecError(f"{where}.dtype: expected one of {', '.join(STATE_DTYPES)}, got {self.dtype!r}")
+
+    @staticmethod
+    def json_schema() -> dict[str, Any]:
+        """The JSON schema (draft 2020-12) of one state entry."""
+        from robolearn.spec.schema import schema_of
+
+        return schema_of(StateSpec, "robolearn recurrent state")
+
+
+def load_states(data: Any, where: str = "states", reserved: Sequence[str] = ("obs", "action")) -> tuple[StateSpec, ...]:
+    """A JSON list of states, each validated, their names and tensor names distinct and none of
+    ``reserved`` (the network's other inputs and outputs); :class:`SpecError` names the field.
+    """
+    if not isinstance(data, list) or not data:
+        raise SpecError(f"{where}: expected a non-empty list of states, got {data!r}")
+    states = tuple(StateSpec.from_dict(item, f"{where}[{i}]") for i, item in enumerate(data))
+    seen: dict[str, str] = {name: "reserved" for name in reserved}
+    names: set[str] = set()
+    for i, state in enumerate(states):
+        if state.name in names:
+            raise SpecError(f"{where}[{i}].name: {state.name!r} repeats")
+        names.add(state.name)
+        for key in ("input", "output"):
+            value = getattr(state, key)
+            if value in seen:
+                raise SpecError(f"{where}[{i}].{key}: {value!r} is already used ({seen[value]})")
+            seen[value] = f"{where}[{i}].{key}"
+    return states
+
+
 def _check_range(value: tuple[float, float] | None, where: str) -> None:
     if value is not None and value[0] > value[1]:
         raise SpecError(f"{where}: low {value[0]} is above high {value[1]}")
@@ -565,6 +649,7 @@ def _dump(obj: Any) -> dict[str, Any]:
 __all__ = [
     "READABLE_VERSIONS",
     "SPEC_VERSION",
+    "STATE_DTYPES",
     "ActionTermSpec",
     "DelaySpec",
     "ModelSpec",
@@ -574,4 +659,6 @@ __all__ = [
     "PolicySpec",
     "SpecError",
     "SpecMismatch",
+    "StateSpec",
+    "load_states",
 ]
