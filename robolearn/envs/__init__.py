@@ -5,7 +5,7 @@ imported on first access.
 
 from typing import Any
 
-from robolearn.envs import mdp
+from robolearn.envs import curriculum, mdp
 from robolearn.envs.batched_env import BatchedEnv
 from robolearn.envs.cfg import (
     ActionDelayModel,
@@ -16,6 +16,7 @@ from robolearn.envs.cfg import (
     CommandTerm,
     ControlJitterModel,
     ControlJitterState,
+    CurriculumTerm,
     EventTerm,
     InitialState,
     ModelState,
@@ -42,6 +43,7 @@ __all__ = [
     "CommandTerm",
     "ControlJitterModel",
     "ControlJitterState",
+    "CurriculumTerm",
     "EventTerm",
     "InitialState",
     "ModelState",
@@ -58,6 +60,7 @@ __all__ = [
     "TaskCfg",
     "TerminationTerm",
     "gym_id",
+    "curriculum",
     "list_tasks",
     "make",
     "mdp",

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from robolearn.envs.cfg import ModelState, TaskCfg
+from robolearn.envs.curriculum import CurriculumManager, own_cfg, weight_targets
 from robolearn.envs.managers import (
     ActionManager,
     CommandManager,
@@ -67,7 +68,10 @@ class BatchedEnv:
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise ValueError(f"dtype: expected a torch floating dtype, got {dtype!r}")
         validate_task_cfg(cfg)
-        self.cfg = cfg
+        # A curriculum writes term params: the env gets its own copy of those sections, so another
+        # env of the same config (an evaluation env) never sees a moved value.
+        self.cfg = own_cfg(cfg) if cfg.curriculum else cfg
+        cfg = self.cfg
         self.task_id = task_id
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
@@ -102,6 +106,12 @@ class BatchedEnv:
         self.max_episode_length = int(cfg.episode_length)
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         self.num_diverged = 0
+        self.common_step_counter = 0
+        """Batched control steps since the env was built (training progress, for curricula; checkpointed)."""
+        self.task_params: dict[str, torch.Tensor] = {
+            k: torch.tensor(v, dtype=torch.float64, device=self.device) for k, v in cfg.task_params.items()
+        }
+        """Named task parameters (``TaskCfg.task_params``) that task terms read and curricula move."""
 
         self.action_manager = ActionManager(self.model, cfg.actions, self.device)
         self.action_dim = self.action_manager.dim
@@ -120,8 +130,10 @@ class BatchedEnv:
 
         self.command_manager = CommandManager(self, cfg.commands)
         self.event_manager = EventManager(self, cfg.events)
-        self.reward_manager = RewardManager(self, cfg.rewards)
+        self.reward_manager = RewardManager(self, cfg.rewards, keep=weight_targets(cfg.curriculum))
         self.termination_manager = TerminationManager(self, cfg.terminations)
+        self.curriculum_manager = CurriculumManager(self)
+        self.curriculum_manager.build(cfg.curriculum)  # before any event or reset: they read its values
         self.event_manager.apply("startup", self.all_ids)
         self._reset_worlds(self.all_ids)
         self.observation_manager = ObservationManager(self, cfg.observations, self.obs_delays)
@@ -161,6 +173,7 @@ class BatchedEnv:
             before.copy_(self._field(name))
         diverged = self._step_substeps(ctrl) if self._substepped else self.sim.step(ctrl)
         self.episode_length += 1
+        self.common_step_counter += 1
         if self.event_manager.by_mode["interval"]:
             self.event_manager.step(self.dt)
         if self.command_manager.terms:
@@ -172,6 +185,7 @@ class BatchedEnv:
         info: dict[str, Any] = {"final_obs": obs, "reward_terms": reward_terms, "diverged": diverged}
         if self.drawn:  # the values this step ran under (tables are copy-on-write, see record_drawn)
             info["drawn"] = dict(self.drawn)
+        curriculum = self.curriculum_manager
         done = terminated | truncated | diverged
         # The one host sync of a step (robolearn.envs.sync): which worlds reset, if any.
         ids = host_nonzero(done)
@@ -187,12 +201,18 @@ class BatchedEnv:
                 reward = torch.where(diverged, torch.zeros_like(reward), reward)
                 truncated = (truncated | diverged) & ~terminated
             info["episode"] = self._episode_stats(ids)
+            if curriculum.calls:
+                # Before the reset clears the episodes' sums and runs the new episodes' events,
+                # initial states and commands: those run under the moved values.
+                curriculum.update(ids, info["episode"])
             # The reset's draws (events, initial state, latency models, the fresh observation's
             # noise) follow the same sequence every time: the streams compute them in one pass.
             with self.rng.batch(ids, "reset"):
                 self._reset_worlds(ids)
                 obs = self._splice_obs(obs, ids)
         info["num_diverged"] = self.num_diverged
+        if curriculum.calls:  # every step, so the runner's columns exist from the first iteration
+            info["curriculum"] = curriculum.values  # replaced, never changed in place
         self._obs = obs
         return obs, reward.to(self.dtype), terminated, truncated, info
 
@@ -238,7 +258,31 @@ class BatchedEnv:
             # Only with latency/actuator models, so plain checkpoints keep their layout.
             **({"models": {k: m.state_dict() for k, m in self.model_states.items()}} if self.model_states else {}),
             **({"prev_ctrl": self._prev_ctrl.clone()} if self._prev_ctrl is not None else {}),
+            **({"curriculum": self._curriculum_state()} if self.cfg.curriculum or self.task_params else {}),
         }
+
+    def _curriculum_state(self) -> dict[str, Any]:
+        """Training progress, task parameters, reward weights and the curriculum terms' states."""
+        return {
+            "common_step_counter": self.common_step_counter,
+            "task_params": {k: v.clone() for k, v in self.task_params.items()},
+            "reward_weights": self.reward_manager.weights.clone(),
+            "manager": self.curriculum_manager.state_dict(),
+        }
+
+    def _load_curriculum_state(self, state: dict[str, Any] | None) -> None:
+        if state is None:
+            if self.cfg.curriculum or self.task_params:
+                raise ValueError("env state: saved without curriculum or task parameters, this env has them")
+            return
+        if set(state["task_params"]) != set(self.task_params):
+            raise ValueError(
+                f"env state: saved with task parameters {sorted(state['task_params'])}, this env has {sorted(self.task_params)}"
+            )
+        self.common_step_counter = int(state["common_step_counter"])
+        self.task_params = {k: v.to(self.device, copy=True) for k, v in state["task_params"].items()}
+        self.reward_manager.weights.copy_(state["reward_weights"])
+        self.curriculum_manager.load_state_dict(state["manager"])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (same task, same number of worlds)."""
@@ -274,6 +318,7 @@ class BatchedEnv:
             m.load_state_dict(saved[k])
         if self._prev_ctrl is not None:
             self._prev_ctrl.copy_(state["prev_ctrl"])
+        self._load_curriculum_state(state.get("curriculum"))
 
     def policy_spec(self) -> dict[str, Any]:
         """JSON-ready description of observations, actions, rates and joints (``policy_spec.json``)."""

@@ -272,6 +272,25 @@ class InitialState:
 
 
 @dataclass
+class CurriculumTerm:
+    """A curriculum term: reads how the ending episodes went and moves task parameters.
+
+    Called when worlds reset after their episode ended, before the episode statistics are cleared
+    and before the new episode's events, initial state and commands, so the new episode runs under
+    the moved values (``robolearn.envs.curriculum`` has the generic terms and the addresses a term
+    can move: ``rewards.<term>.weight``, ``<section>.<term>.params.<key>``, ``task.<name>``).
+    """
+
+    func: Func
+    """A class, built once per env as ``func(env, where="curriculum.<name>", **params)`` (validated
+    then) and called as ``(env, env_ids)``, with ``state_dict()``/``load_state_dict()`` for
+    checkpoints; or a function ``(env, env_ids, **params)``. What it returns (a tensor, a number or
+    ``None``) is logged as ``info["curriculum"][<name>]`` and the runner's column ``curriculum/<name>``."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of ``func``."""
+
+
+@dataclass
 class TaskCfg:
     """Everything that defines a task: the model, the control rate, and the MDP terms."""
 
@@ -304,6 +323,15 @@ class TaskCfg:
     """Command terms by name."""
     initial_state: InitialState = field(default_factory=InitialState)
     """How worlds are placed at reset."""
+    task_params: dict[str, float | Sequence[float]] = field(default_factory=dict)
+    """Named task parameters (goal spread, command range, terrain level ...): ``env.task_params[name]``
+    is a float64 tensor (``[]`` or ``[d]``, or ``[N, ...]`` once a per-world curriculum term owns it)
+    that task terms read at call time and curriculum terms move (address ``task.<name>``). The
+    values given here are the task as it is meant to be solved (what evaluation runs without a
+    curriculum)."""
+    curriculum: dict[str, CurriculumTerm] = field(default_factory=dict)
+    """Curriculum terms by name, run in order where episodes end; each logged as ``curriculum/<name>``.
+    An env built with ``curriculum={}`` (a ``make`` override) runs the task at its declared values."""
     success: SuccessTerm | None = None
     """Success criterion, reported per finished episode (``info["episode"]["success"]``)."""
     contact_forces: bool = False

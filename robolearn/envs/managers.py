@@ -8,7 +8,7 @@ per-operation overhead, not the arithmetic, is what competes with the physics.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -423,10 +423,13 @@ def _actuator_ids(model: mujoco.MjModel, term: ActionTerm, name: str) -> list[in
 class RewardManager:
     """Weighted sum of named terms; keeps per-term episode sums for logging."""
 
-    def __init__(self, env: BatchedEnv, terms: dict[str, RewardTerm]) -> None:
-        """Drop zero-weight terms (they cost time and add nothing)."""
+    def __init__(self, env: BatchedEnv, terms: dict[str, RewardTerm], keep: Collection[str] = ()) -> None:
+        """Drop zero-weight terms (they cost time and add nothing), except those named in ``keep``
+        (a curriculum moves their weight). ``weights`` is read at every step, so a curriculum
+        changes a weight by writing its entry.
+        """
         self.env = env
-        self.terms = {k: t for k, t in terms.items() if t.weight != 0.0}
+        self.terms = {k: t for k, t in terms.items() if t.weight != 0.0 or k in keep}
         self.names = list(self.terms)
         self.weights = torch.tensor([t.weight for t in self.terms.values()], dtype=torch.float64, device=env.device)
         self.episode_sums = torch.zeros(env.num_envs, len(self.names), dtype=torch.float64, device=env.device)
@@ -510,6 +513,13 @@ class EventManager:
         """Each term's firing ``(env, env_ids)``: the built class term, or the function with its params."""
         self.by_mode = {m: {k: t for k, t in self.terms.items() if t.mode == m} for m in ("startup", "reset", "interval")}
         self.timers = {k: torch.zeros(env.num_envs, dtype=torch.float64, device=env.device) for k in self.by_mode["interval"]}
+
+    def rebuild_term(self, name: str) -> None:
+        """Build term ``name`` again from its config (a curriculum changed its params): a class
+        term binds its params when built; a function term reads them at each firing anyway.
+        """
+        self.calls[name] = _event_call(self.env, f"events.{name}", self.terms[name])
+        _check_writes(self.calls)
 
     def apply(self, mode: str, env_ids: torch.Tensor) -> None:
         """Run every event of ``mode`` on ``env_ids``."""

@@ -9,7 +9,11 @@ because what happens next has a data-dependent *shape* or *control flow*:
   others; a masked reset of every world would redraw everyone's initial state every step;
 * which worlds an interval event or a command fires on (the same reason: draws per firing world);
 * whether an action holds a non-finite value, which must raise before the physics sees it;
-* how many worlds diverged, for the warning and ``info["num_diverged"]`` (only when any did).
+* how many worlds diverged, for the warning and ``info["num_diverged"]`` (only when any did);
+* what a curriculum term hands to host-side code at episode ends (``to_host``, ``host_value``):
+  the ALP-GMM teacher fits its mixture in NumPy, and a curriculum that moves a term parameter
+  configured as a Python number writes a Python number back (the term may use it as one).
+  Curricula run only where some world's episode ended, never on a plain step.
 
 On the CPU these are free (the data is already on the host); on a GPU each costs one device
 round trip per step, which is what ``tests/test_device_neutral.py`` bounds: it allows
@@ -18,6 +22,9 @@ round trip per step, which is what ``tests/test_device_neutral.py`` bounds: it a
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 
 
@@ -47,3 +54,14 @@ def check_finite(values: torch.Tensor, where: str) -> None:
     if bool(bad.any()):
         world, col = (int(i) for i in torch.nonzero(bad)[0])
         raise ValueError(f"{where}: non-finite value {float(values[world, col])} at world {world}, index {col}")
+
+
+def to_host(values: torch.Tensor) -> np.ndarray:
+    """``values`` as a float64 NumPy array on the host (one host sync; a copy, never a view)."""
+    return values.detach().to("cpu", torch.float64).numpy().copy()
+
+
+def host_value(value: torch.Tensor) -> Any:
+    """A 0-d tensor as a Python ``float``, any other as a nested list of floats (one host sync)."""
+    value = value.detach().to("cpu", torch.float64)
+    return float(value) if value.ndim == 0 else value.tolist()

@@ -123,6 +123,22 @@ def validate_task_cfg(cfg: TaskCfg) -> None:
     for name, event in cfg.events.items():
         if event.mode == "interval":
             check_interval(f"events.{name}.interval_range_s", event.interval_range_s)
+    for name, value in cfg.task_params.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"task_params: names are identifiers (they appear in addresses 'task.<name>'), got {name!r}")
+        if isinstance(value, (list, tuple)) and not value:
+            raise ValueError(f"task_params.{name}: expected a number or a non-empty sequence of numbers, got {value!r}")
+        check_numbers(f"task_params.{name}", value)
+    for name, term in cfg.curriculum.items():
+        where = f"curriculum.{name}"
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"curriculum: term names are non-empty strings without '/' (logged as curriculum/<name>), got {name!r}")
+        if not (hasattr(term, "func") and hasattr(term, "params")):
+            raise ValueError(f"{where}: expected a CurriculumTerm(func, params), got {term!r}")
+        if not callable(term.func):
+            raise ValueError(f"{where}.func: expected a curriculum class or a function (env, env_ids, **params), got {term.func!r}")
+        if not isinstance(term.params, dict):
+            raise ValueError(f"{where}.params: expected a dict of keyword arguments, got {term.params!r}")
     for name, command in cfg.commands.items():
         check_int(f"commands.{name}.dim", command.dim, 1)
         lo, hi = _pair(f"commands.{name}.resampling_time_s", command.resampling_time_s)

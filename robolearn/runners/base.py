@@ -260,6 +260,9 @@ class BaseRunner:
             metrics["train/diverged"] = self._diverged
             metrics["train/num_diverged"] = float(self.num_diverged)
             self._diverged = torch.zeros_like(self._diverged)
+        # The env's curriculum values as they stand at the iteration's end (0-d tensors).
+        for name, value in getattr(self, "_curriculum", {}).items():
+            metrics[f"curriculum/{name}"] = value
         return metrics
 
     def _record(self, info: dict[str, Any]) -> None:
@@ -279,6 +282,8 @@ class BaseRunner:
             self._worst_streak = torch.maximum(self._worst_streak, self._streak)
         if "num_diverged" in info:
             self.num_diverged = int(info["num_diverged"])
+        if "curriculum" in info:  # the latest values; the env replaces the dict, never edits it
+            self._curriculum = info["curriculum"]
 
     def _reset_divergence(self, device: torch.device | str = "cpu") -> None:
         self._diverged = torch.zeros((), dtype=torch.long, device=device)
