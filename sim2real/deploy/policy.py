@@ -3,6 +3,12 @@
 :func:`load_exported` reads ``manifest.json`` (hashes verified: an edited network or manifest is
 refused), opens the network with one intra-op thread (a control loop must not compete with itself
 for cores), and checks that the network's input width is the manifest's observation group.
+
+A recurrent policy (manifest version 3, ``recurrent.states``) carries its hidden state between
+calls: each call feeds the state the previous one returned (``h_in`` <- ``h_out``) and keeps the new
+one; :meth:`ExportedPolicy.reset` starts it over from zeros, which the deploy runtime does at every
+discontinuity (start, restart, hold, lost robot). A feed-forward policy's call is the plain
+network call, unchanged; its ``reset`` does nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class ExportedPolicy:
     fmt: str
     """``onnx`` or ``torchscript``."""
     _run: Any = None
+    _state: list[np.ndarray] | None = None
+    """The carried hidden state (``[1, *shape]`` float32 per state), ``None`` when feed-forward."""
 
     @property
     def obs_dim(self) -> int:
@@ -43,8 +51,38 @@ class ExportedPolicy:
         """Width of the network's output."""
         return self.manifest.spec.action_dim
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the network has hidden state, carried from call to call."""
+        return self._state is not None
+
+    @property
+    def state(self) -> tuple[np.ndarray, ...]:
+        """A copy of the carried hidden state (``[1, *shape]`` per state; empty when feed-forward)."""
+        return tuple(s.copy() for s in self._state or ())
+
+    @state.setter
+    def state(self, value: tuple[np.ndarray, ...]) -> None:
+        """Set the carried state (copies of ``value``, one array per state of the manifest's shape)."""
+        if self._state is None:
+            raise ValueError("state: a feed-forward policy has no hidden state")
+        new = [np.array(v, dtype=np.float32) for v in value]
+        want = [(1, *s.shape) for s in self.manifest.states]
+        if [v.shape for v in new] != want:
+            raise ValueError(f"state: expected arrays of shapes {want}, got {[v.shape for v in new]}")
+        self._state = new
+
+    def reset(self) -> None:
+        """Start the hidden state over from zeros (the manifest's initial value); nothing when
+        feed-forward.
+        """
+        if self._state is not None:
+            self._state = [np.zeros((1, *s.shape), np.float32) for s in self.manifest.states]
+
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """The action ``[1, A]`` float32 for observation ``[1, D]`` float32."""
+        """The action ``[1, A]`` float32 for observation ``[1, D]`` float32 (a recurrent policy also
+        advances its state).
+        """
         return self._run(obs)
 
 
@@ -70,22 +108,76 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session = ort.InferenceSession(str(network), options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        output = session.get_outputs()[0].name
-        # run_with_ort_values is not needed: at batch 1 the plain run is a few microseconds.
-        policy._run = lambda obs: session.run([output], {name: obs})[0]
+        if manifest.recurrent:
+            _check_onnx_io(session, manifest, folder)
+            policy._run = _onnx_recurrent(session, policy)
+        else:
+            name = session.get_inputs()[0].name
+            output = session.get_outputs()[0].name
+            # run_with_ort_values is not needed: at batch 1 the plain run is a few microseconds.
+            policy._run = lambda obs: session.run([output], {name: obs})[0]
     else:
         import torch
 
         module = torch.jit.load(str(network), map_location="cpu")
         module.eval()
 
-        def run(obs: np.ndarray) -> np.ndarray:
-            with torch.inference_mode():
-                return module(torch.from_numpy(obs)).numpy()
+        if manifest.recurrent:
 
-        policy._run = run
+            def run_recurrent(obs: np.ndarray) -> np.ndarray:
+                with torch.inference_mode():
+                    action, *state = module(torch.from_numpy(obs), *(torch.from_numpy(s) for s in policy._state))
+                policy._state = [s.numpy() for s in state]
+                return action.numpy()
+
+            policy._run = run_recurrent
+        else:
+
+            def run(obs: np.ndarray) -> np.ndarray:
+                with torch.inference_mode():
+                    return module(torch.from_numpy(obs)).numpy()
+
+            policy._run = run
+    if manifest.recurrent:
+        policy._state = []
+        policy.reset()
     probe = policy(np.zeros((1, policy.obs_dim), dtype=np.float32))
     if probe.shape != (1, policy.action_dim):
         raise PolicyLoadError(f"policy={folder}: the network returns shape {list(probe.shape)}, the manifest says [1, {policy.action_dim}]")
+    if policy._state is not None:
+        shapes = [list(s.shape) for s in policy._state]
+        want = [[1, *s.shape] for s in manifest.states]
+        if shapes != want:
+            raise PolicyLoadError(f"policy={folder}: the network returns states of shapes {shapes}, the manifest says {want}")
+        policy.reset()  # the probe advanced the state: the first real step starts from zeros
     return policy
+
+
+def _check_onnx_io(session: Any, manifest: ExportManifest, folder: Path) -> None:
+    """The ONNX graph's inputs and outputs are the manifest's, by name (state tensors included)."""
+    want_in = ["obs", *(s.input for s in manifest.states)]
+    want_out = ["action", *(s.output for s in manifest.states)]
+    got_in = [i.name for i in session.get_inputs()]
+    got_out = [o.name for o in session.get_outputs()]
+    if sorted(got_in) != sorted(want_in) or not set(want_out) <= set(got_out):
+        raise PolicyLoadError(
+            f"policy={folder}: the network's inputs {got_in} and outputs {got_out} are not the manifest's "
+            f"{want_in} -> {want_out} (recurrent.states)"
+        )
+
+
+def _onnx_recurrent(session: Any, policy: ExportedPolicy) -> Any:
+    """The call of a recurrent ONNX network at batch 1: the carried state in, the new state kept."""
+    states = policy.manifest.states
+    inputs = [s.input for s in states]
+    outputs = ["action", *(s.output for s in states)]
+    feed: dict[str, np.ndarray] = {}  # one dict reused: no allocation per step
+
+    def run(obs: np.ndarray) -> np.ndarray:
+        feed["obs"] = obs
+        for name, value in zip(inputs, policy._state, strict=True):
+            feed[name] = value
+        action, *policy._state = session.run(outputs, feed)
+        return action
+
+    return run

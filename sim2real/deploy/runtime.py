@@ -24,6 +24,14 @@ makes the layer hold (status ``stale``); older than ``lost_timeout_s``, the robo
 and the runtime stops sending (status ``lost``) until fresh readings return. An e-stop latches
 (status ``estop``). On exit the runtime damps for the safety layer's ``exit_s``.
 
+A recurrent policy carries its hidden state from step to step (:class:`ExportedPolicy` feeds each
+step's ``h_out`` back as the next ``h_in``). The state belongs to one unbroken run of the policy on
+the robot, as in training it belongs to one episode: it starts over from zeros before the first
+policy step after any discontinuity -- the (re)start of the safety layer (first step, restart after
+an e-stop is cleared, a new :meth:`DeployRuntime.run`), a step whose command did not come from the
+policy (e-stop, hold, stale or unusable reading, a non-finite action) and a lost robot -- so it
+never carries across one. A feed-forward policy's path is unchanged.
+
 The deploy side imports neither MuJoCo nor the task registry (``tests/test_deploy.py`` checks
 ``sys.modules``): only :mod:`robolearn.spec`, :mod:`robolearn.export`, :mod:`robolearn.data`, NumPy,
 torch (the shared observation processors) and ONNX Runtime.
@@ -53,6 +61,8 @@ _ESTOP, _STALE, _RAMP = int(Intervention.ESTOP), int(Intervention.STALE), int(In
 _HOLD_OR_NONFINITE = int(Intervention.HOLD | Intervention.NONFINITE)
 _POLICY_OFF = int(Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
 """Flags of a step whose command did not come from the policy (recorded as ``policy_active`` false)."""
+_DISCONTINUITY = int(Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
+"""Flags after which a recurrent policy's hidden state starts over (the policy's run was broken)."""
 
 
 class DeployMismatch(ValueError):
@@ -174,6 +184,9 @@ class DeployRuntime:
             if record else None
         )
         self.stats = LoopStats()
+        self._recurrent = policy.recurrent
+        self._fresh_state = True
+        """Whether a recurrent policy's state is to start over before its next step (module doc)."""
         self.status = "idle"
         """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``lost``, ``estop``, ``exit``, ``stopped``."""
         self._stop = threading.Event()
@@ -182,12 +195,24 @@ class DeployRuntime:
     # -- one step ------------------------------------------------------------------------------
     def act(self, reading: Reading) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Observation ``[1, D]``, raw action ``[A]`` and command ``[A]`` (physical units) for
-        ``reading``, without the safety layer or any state change (benchmarks, parity checks).
+        ``reading``, without the safety layer or any state change (benchmarks, parity checks; a
+        recurrent policy acts from its carried state and keeps it).
         """
         obs = self.adapter(reading, self.last_action)
-        action = self.policy(obs).reshape(-1)
+        if self._recurrent:
+            kept = self.policy.state
+            action = self.policy(obs).reshape(-1)
+            self.policy.state = kept
+        else:
+            action = self.policy(obs).reshape(-1)
         command = self.action_processor.apply_numpy(action)
         return obs, action, command
+
+    def reset_policy_state(self) -> None:
+        """Have a recurrent policy's hidden state start over before its next step (the runtime
+        does this at every discontinuity, module doc); nothing for a feed-forward policy.
+        """
+        self._fresh_state = True
 
     def step(self) -> int | None:
         """One control step (module doc); return the interventions sent, or ``None`` when nothing was
@@ -200,20 +225,27 @@ class DeployRuntime:
                 log.warning("deploy: no reading for %.3f s; the robot is lost, sending nothing",
                             math.inf if reading is None else now - reading.age_reference)
             self.status = "lost" if self.status != "idle" else "idle"
+            self._fresh_state = True
             return None
         if self.safety.state == "idle":
             self.safety.start(reading, now)
             self.adapter.reset()
+            self._fresh_state = True
         fresh = now - reading.age_reference <= self.safety.config.stale_timeout_s
         obs = action = command = None
         if fresh and self.safety.state != "estop":
             obs = self.adapter(reading, self.last_action)
+            if self._recurrent and self._fresh_state:
+                self.policy.reset()
+                self._fresh_state = False
             action = self.policy(obs).reshape(-1)
             command = self.action_processor.apply_numpy(action)
             if math.isfinite(float(action.sum())):
                 # The last-action term is the policy's own choice, as env.action is in training.
                 self.last_action = action.astype(np.float64)
         safe, flags = self.safety.filter(command, reading, now)
+        if self._recurrent and flags & _DISCONTINUITY:
+            self._fresh_state = True
         sent = self.robot.send(safe)
         sent_at = self.clock()
         self.stats.sent += 1
@@ -273,6 +305,7 @@ class DeployRuntime:
         then damp for the safety layer's ``exit_s``. ``on_step`` sees the runtime after every tick.
         """
         self._stop.clear()
+        self._fresh_state = True  # a new run is a new episode for a recurrent policy
         t0 = self.clock()
         k = 0
         try:
