@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -107,7 +108,7 @@ def _export_onnx(
             (example, *example_states),
             input_names=["obs", *(s.input for s in states)],
             output_names=["action", *(s.output for s in states)],
-            dynamic_shapes=tuple({0: batch} for _ in range(1 + len(states))),
+            dynamic_shapes=_batch_axes(policy, 1 + len(states), batch),
             dynamo=True,
             verbose=False,
         )
@@ -115,6 +116,25 @@ def _export_onnx(
         staged = Path(tmp) / path.name
         program.save(str(staged))
         _atomic_write_bytes(path, staged.read_bytes())
+
+
+def _batch_axes(policy: nn.Module, n_inputs: int, batch: Any) -> tuple[Any, ...]:
+    """``dynamic_shapes`` giving each of ``n_inputs`` tensors its first axis as ``batch``, shaped like
+    ``forward``'s parameters: torch.export matches them per parameter, so a ``*states`` parameter
+    takes a tuple of the remaining tensors' axes.
+    """
+    axes: list[Any] = []
+    left = n_inputs
+    for param in inspect.signature(policy.forward).parameters.values():
+        if left == 0:
+            break
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            axes.append(tuple({0: batch} for _ in range(left)))
+            left = 0
+        elif param.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            axes.append({0: batch})
+            left -= 1
+    return tuple(axes)
 
 
 def _export_torchscript(

@@ -3,6 +3,14 @@
 The agent is rebuilt from the run's ``config.json`` (through the algorithm registry) and its
 ``policy_spec.json`` (observation sizes, action size and bounds), so loading a policy needs
 neither the simulator nor the task registry: what a deploy runtime on a robot stands on.
+
+A recurrent run's policy carries its hidden state from one :meth:`LoadedPolicy.act` to the next,
+starting from the initial (zero) state; :meth:`LoadedPolicy.reset` starts it over, for every world
+or for the worlds whose episode ended (``reset(done)``, which evaluation rollouts call). It steps
+the run's deployable module (``policy_module()``: the contract of ``robolearn.nn.recurrent.
+RecurrentPolicy``), so it acts exactly as the exported policy does, and it owns its state: the
+inference state a checkpoint holds (the last evaluation's) is never carried into a loaded policy.
+A feed-forward policy acts through ``act_inference`` as before; its ``reset`` does nothing.
 """
 
 from __future__ import annotations
@@ -24,9 +32,12 @@ from robolearn.utils.config import ConfigError, read_json_object
 
 
 class LoadedPolicy:
-    """A trained run's deterministic policy: :meth:`act` on observation dicts, plus its spec and config."""
+    """A trained run's deterministic policy: :meth:`act` on observation dicts, plus its spec and config
+    (a recurrent one carries its state, module doc).
+    """
 
     def __init__(self, agent: Any, cfg: TrainConfig, spec: dict[str, Any], checkpoint: Path) -> None:
+        """Wrap a rebuilt ``agent`` (weights loaded) with its run's config, spec and checkpoint path."""
         self.agent = agent
         """The rebuilt agent with the checkpoint's weights."""
         self.cfg = cfg
@@ -35,14 +46,74 @@ class LoadedPolicy:
         """The run's ``policy_spec.json`` (what each observation and action number means)."""
         self.checkpoint = checkpoint
         """The checkpoint file the weights came from."""
+        module = agent.policy_module()
+        self._recurrent: nn.Module | None = module if getattr(module, "state_names", None) else None
+        self._state: tuple[torch.Tensor, ...] | None = None
+        """The carried hidden state ``[N, *shape]`` per state; ``None``: the initial state at the next act."""
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy carries hidden state between :meth:`act` calls."""
+        return self._recurrent is not None
+
+    @property
+    def state(self) -> tuple[torch.Tensor, ...]:
+        """The carried hidden state (``[N, *shape]`` per state name; empty before the first act
+        after a reset, and for a feed-forward policy).
+        """
+        return self._state or ()
 
     def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Deterministic actions ``[N, A]`` for an observation dict (as ``env.obs``)."""
+        """Deterministic actions ``[N, A]`` for an observation dict (as ``env.obs``); a recurrent
+        policy advances its state (a batch of another size than the carried state's is refused).
+        """
         with torch.inference_mode():
-            return self.agent.act_inference(obs)
+            if self._recurrent is None:
+                return self.agent.act_inference(obs)
+            return self._act_recurrent(obs)
+
+    def _act_recurrent(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """One step of the recurrent module from the carried state."""
+        module = self._recurrent
+        assert module is not None
+        x = obs[getattr(self.agent, "actor_group", "policy")]
+        history = getattr(self.agent, "history_group", None)
+        if history is not None:  # the module reads the actor group followed by the history frames
+            x = torch.cat([x, obs[history]], dim=-1)
+        if self._state is None:
+            module.to(x.device)
+            self._state = tuple(s.to(x.device) for s in module.initial_state(x.shape[0]))
+        elif self._state[0].shape[0] != x.shape[0]:
+            raise ValueError(
+                f"obs: a batch of {x.shape[0]} worlds, but the carried state is for {self._state[0].shape[0]}; "
+                "call reset() to start over with another batch"
+            )
+        action, *state = module(x, *self._state)
+        self._state = tuple(state)
+        return action
+
+    def reset(self, done: torch.Tensor | None = None) -> None:
+        """Start the hidden state over from the initial state: every world (``done`` omitted; the
+        next :meth:`act` may then have any batch size) or the worlds where ``done[N]`` (bool) is
+        true, the others keeping theirs. Nothing for a feed-forward policy.
+        """
+        if self._state is None:
+            return
+        if done is None:
+            self._state = None
+            return
+        mask = done.to(device=self._state[0].device, dtype=torch.bool).reshape(-1)
+        if mask.shape[0] != self._state[0].shape[0]:
+            raise ValueError(f"done: expected {self._state[0].shape[0]} flags (one per world), got {mask.shape[0]}")
+        with torch.inference_mode():
+            self._state = tuple(
+                torch.where(mask.reshape(-1, *([1] * (s.dim() - 1))), torch.zeros_like(s), s) for s in self._state
+            )
 
     def module(self) -> nn.Module:
-        """The policy as a plain ``obs -> action`` module on the CPU (what export traces)."""
+        """The policy as a plain ``obs -> action`` module on the CPU (what export traces); a
+        recurrent one is ``(obs, *states) -> (action, *new_states)`` with ``state_names``.
+        """
         return self.agent.policy_module()
 
 
