@@ -152,6 +152,21 @@ class Algorithm(Protocol):
 
     def policy_module(self) -> torch.nn.Module:
         """The deployable deterministic ``obs[B, D] -> action[B, A]`` module (normalisation folded
-        in), an independent CPU copy in eval mode: what export traces and deployment runs.
+        in), an independent CPU copy in eval mode: what export traces and deployment runs. A
+        recurrent learner's module also carries its state (``state_names``, ``state_shapes``,
+        ``initial_state(batch)``, ``forward(obs, *states) -> (action, *new_states)``; see
+        ``robolearn.nn.recurrent.RecurrentPolicy``).
         """
+        ...
+
+
+@runtime_checkable
+class Resettable(Protocol):
+    """The optional verb of a learner whose :meth:`Algorithm.act_inference` carries state between
+    steps (a recurrent policy): evaluation and collection loops call it at episode ends. A
+    feed-forward learner need not implement it.
+    """
+
+    def reset(self, done: torch.Tensor) -> None:
+        """Restart the inference state of the worlds where ``done[N]`` (bool) is true; keep the others'."""
         ...

@@ -13,6 +13,11 @@ Returns are the sums of the rewards ``step`` returned, so any ``VecEnv`` works, 
 ``info["episode"]``. A per-step callback sees every transition (dataset recording, latency
 wrappers that restart on a new episode) and may stop the rollout; ``video`` records world 0's
 first episode.
+
+A policy with state between steps (a recurrent learner's ``act_inference``) is restarted through
+``reset_state(done[N])`` for every world whose episode ended, and for all worlds after the env is
+reset; when ``act`` is the bound ``act``/``act_inference`` of a learner with a ``reset(done)`` verb
+(:class:`robolearn.types.Resettable`) that verb is used without being named.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from robolearn.types import Resettable
 
 Act = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
 """A policy: observation groups ``[N, ...]`` to actions ``[N, A]``."""
@@ -52,6 +59,9 @@ class RolloutStep:
     done_ids: torch.Tensor
     """Worlds whose episode ended this step, ascending (empty if none)."""
 
+
+ResetState = Callable[[torch.Tensor], None]
+"""Restart a stateful policy's state for the worlds where ``done[N]`` is true."""
 
 StepCallback = Callable[[RolloutStep], "bool | None"]
 """Called after every step; returning ``True`` ends the rollout after that step."""
@@ -122,6 +132,7 @@ def rollout(
     on_step: StepCallback | None = None,
     video: VideoSpec | None = None,
     inference: bool = True,
+    reset_state: ResetState | None = None,
 ) -> RolloutResult:
     """Step ``env`` with ``act`` and return the episodes it played (see the module docstring).
 
@@ -139,6 +150,8 @@ def rollout(
         inference: run under ``torch.inference_mode``; ``False`` uses ``torch.no_grad`` instead,
             for an env that lives on after the rollout (tensors it creates under inference mode
             could not be updated in place later, e.g. when a training run resumes it).
+        reset_state: restarts a stateful policy's state where ``done[N]``; default: the ``reset``
+            verb of the learner ``act`` is bound to, if it has one (else none: a stateless policy).
 
     Returns:
         The episodes; fewer than ``episodes`` if ``max_steps`` or ``on_step`` ended the rollout
@@ -154,8 +167,18 @@ def rollout(
         max_steps = int(length) if episodes is None else (math.ceil(episodes / n) + 1) * int(length)
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise ValueError(f"max_steps: expected an integer >= 1, got {max_steps!r}")
+    if reset_state is None:
+        reset_state = _learner_reset(act)
     with torch.inference_mode() if inference else torch.no_grad():
-        return _run(env, act, n, episodes, max_steps, seed, reset, on_step, video)
+        return _run(env, act, n, episodes, max_steps, seed, reset, on_step, video, reset_state)
+
+
+def _learner_reset(act: Act) -> ResetState | None:
+    """The ``reset`` verb of the learner whose bound ``act``/``act_inference`` is ``act``, if any."""
+    owner = getattr(act, "__self__", None)
+    if getattr(act, "__name__", "") in ("act", "act_inference") and isinstance(owner, Resettable):
+        return owner.reset
+    return None
 
 
 def _run(
@@ -168,8 +191,11 @@ def _run(
     reset: bool,
     on_step: StepCallback | None,
     video: VideoSpec | None,
+    reset_state: ResetState | None,
 ) -> RolloutResult:
     obs = env.reset(seed=seed)[0] if reset else env.obs
+    if reset_state is not None and reset:  # every world starts an episode: no state carries over
+        reset_state(torch.ones(n, dtype=torch.bool, device=env.device))
     running = torch.zeros(n, dtype=torch.float64, device=env.device)  # return of each world's current episode
     steps_in = torch.zeros(n, dtype=torch.long, device=env.device)
     success = torch.full((n,), math.nan, dtype=torch.float64, device=env.device)
@@ -190,6 +216,8 @@ def _run(
         running += reward.double()
         steps_in += 1
         done = terminated | truncated
+        if reset_state is not None:  # before the next act: the next observation opens a new episode
+            reset_state(done)
         if "diverged" in info:
             diverged += int(info["diverged"].sum())
         done_ids = torch.nonzero(done).flatten()
