@@ -195,12 +195,12 @@ def write_address(env: BatchedEnv, address: str | Address, value: Any, env_ids: 
     if addr.kind == "task":
         table = env.task_params[addr.key]
         v = torch.as_tensor(value, dtype=torch.float64, device=device)
+        if env_ids is not None and addr.key not in env.curriculum_manager.per_world:
+            raise ValueError(f"address {addr.text!r}: rows can be written only to a per-world task parameter")
         try:
             if env_ids is None:
                 table.copy_(v.expand_as(table) if v.ndim <= table.ndim else v)
             else:
-                if addr.key not in env.curriculum_manager.per_world:
-                    raise ValueError("rows can be written only to a per-world task parameter")
                 table[env_ids] = v.expand(env_ids.numel(), *table.shape[1:]) if v.ndim < table.ndim else v
         except RuntimeError as exc:
             raise ValueError(f"address {addr.text!r}: value of shape {tuple(v.shape)} does not fit {tuple(table.shape)}: {exc}") from None
@@ -396,7 +396,7 @@ def _bind(func: Callable[..., Any], params: dict[str, Any]) -> Callable[[Batched
 
 
 # -- measures of the ending episodes -----------------------------------------------------------------
-MEASURES = ("return", "length", "success", "reward/<term>")
+MEASURES = ("return", "reward/<term>", "return_per_s", "reward_per_s/<term>", "length", "success")
 """Named measures of an ended episode; a callable ``(env, env_ids) -> Tensor[k]`` is accepted too."""
 
 Measure = str | Callable[..., torch.Tensor]
@@ -406,16 +406,17 @@ def check_measure(env: BatchedEnv, measure: Any, where: str) -> None:
     """Refuse an unknown measure, naming ``where`` and the choices."""
     if callable(measure):
         return
-    if measure in ("return", "length"):
+    if measure in ("return", "return_per_s", "length"):
         return
     if measure == "success":
         if env.cfg.success is None:
             raise ValueError(f"{where}: 'success' needs a task with a success term (TaskCfg.success); this one has none")
         return
-    if isinstance(measure, str) and measure.startswith("reward/"):
-        if measure[7:] not in env.reward_manager.names:
+    if isinstance(measure, str) and measure.startswith(("reward/", "reward_per_s/")):
+        term = measure.split("/", 1)[1]
+        if term not in env.reward_manager.names:
             raise ValueError(
-                f"{where}: no reward term {measure[7:]!r} (with non-zero weight); reward terms: {', '.join(env.reward_manager.names)}"
+                f"{where}: no reward term {term!r} (with non-zero weight); reward terms: {', '.join(env.reward_manager.names)}"
             )
         return
     raise ValueError(f"{where}: expected one of {', '.join(MEASURES)} or a function (env, env_ids) -> Tensor, got {measure!r}")
@@ -424,24 +425,27 @@ def check_measure(env: BatchedEnv, measure: Any, where: str) -> None:
 def episode_measure(env: BatchedEnv, env_ids: torch.Tensor, measure: Measure) -> torch.Tensor:
     """One value per ended episode of worlds ``env_ids`` (float64 ``[k]``), read before the reset.
 
-    ``return`` and ``reward/<term>``: the (weighted) episode sum per second of a full episode
-    (sum / (max_episode_length * dt), as legged_gym's terrain curriculum: an episode cut short
-    scores less); ``length``: the fraction of the full episode lived; ``success``: 1 or 0, judged
-    on the last state; a callable is called as ``(env, env_ids)``.
+    ``return`` and ``reward/<term>``: the (weighted) episode sum per control step of a full
+    episode, sum / max_episode_length (an episode cut short scores less, as in legged_gym's
+    terrain curriculum; robolearn's rewards are per step, where legged_gym scales them by dt and
+    divides by seconds, so this is the same number for the same reward); ``return_per_s`` and
+    ``reward_per_s/<term>``: per second of a full episode, sum / (max_episode_length * dt);
+    ``length``: the fraction of the full episode lived; ``success``: 1 or 0, judged on the last
+    state; a callable is called as ``(env, env_ids)``.
     """
     if callable(measure):
         return torch.as_tensor(measure(env, env_ids), dtype=torch.float64, device=env.device).reshape(env_ids.numel())
-    full_s = env.max_episode_length * env.dt
     rm = env.reward_manager
-    if measure == "return":
-        return rm.episode_sums[env_ids].sum(dim=1) / full_s
+    per = env.max_episode_length * (env.dt if "_per_s" in measure else 1.0)
+    if measure in ("return", "return_per_s"):
+        return rm.episode_sums[env_ids].sum(dim=1) / per
     if measure == "length":
         return env.episode_length[env_ids].to(torch.float64) / env.max_episode_length
     if measure == "success":
         success = env.cfg.success
         assert success is not None  # check_measure refused a task without one
         return success.func(env, **success.params)[env_ids].to(torch.float64)
-    return rm.episode_sums[env_ids, rm.names.index(measure[7:])] / full_s
+    return rm.episode_sums[env_ids, rm.names.index(measure.split("/", 1)[1])] / per
 
 
 # -- generic terms ------------------------------------------------------------------------------------
