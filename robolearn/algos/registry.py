@@ -15,12 +15,13 @@ import torch
 
 from robolearn.algos.bc import BC, BCConfig
 from robolearn.algos.cql import CQL, CalQLConfig, CQLConfig
+from robolearn.algos.distill import Distill, DistillConfig
 from robolearn.algos.iql import IQL, IQLConfig
 from robolearn.algos.ppo import PPO, PPOConfig
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.algos.td3bc import TD3BC, TD3BCConfig
 
-RUNNER_KINDS: tuple[str, ...] = ("on_policy", "off_policy", "offline", "offline_to_online")
+RUNNER_KINDS: tuple[str, ...] = ("on_policy", "off_policy", "offline", "offline_to_online", "distill")
 """The training loops an algorithm can name: collect-then-update on fresh rollouts (PPO), step and
 store and update from a replay (SAC), gradient steps on a fixed dataset (BC, IQL, CQL...), and
 offline pre-training then online fine-tuning (``o2o:``; the learners that act, store and learn
@@ -126,5 +127,6 @@ register(AlgoSpec("td3bc", TD3BCConfig, TD3BC, ("offline", "offline_to_online"),
 register(AlgoSpec("iql", IQLConfig, IQL, ("offline", "offline_to_online"), _with_bounds(IQL), "Implicit Q-Learning (offline)"))
 register(AlgoSpec("cql", CQLConfig, CQL, ("offline", "offline_to_online"), _with_bounds(CQL), "Conservative Q-Learning (offline)"))
 register(AlgoSpec("calql", CalQLConfig, CQL, ("offline", "offline_to_online"), _with_bounds(CQL), "Calibrated Q-Learning (offline)"))
+register(AlgoSpec("distill", DistillConfig, Distill, ("distill",), _with_bounds(Distill), "Teacher-student distillation: DAgger or asymmetric actor-critic (robolearn distill)"))
 
 __all__ = ["ALGORITHMS", "RUNNER_KINDS", "AgentFactory", "AlgoSpec", "get", "register", "spec_of"]

@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
         "deploy", add_help=False,
         help="deploy run=<dir>|policy=<exported> robot=sim|ros1|ros2 [rate=...]: the policy on a robot (--help)")
 
+    commands.add_parser(  # routed before argparse too (Hydra overrides, robolearn.cli.distill)
+        "distill", add_help=False,
+        help="distill teacher=<run dir> mode=dagger|aacd: a privileged teacher into a deployable student (--help)")
+
     demo = commands.add_parser(
         "demo",
         help="step a batched task with random actions, print throughput, write a video",
@@ -86,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from robolearn.cli.deploy import deploy_command
 
         return deploy_command(argv[1:])
+    if argv and argv[0] == "distill":
+        from robolearn.cli.distill import distill_command
+
+        return distill_command(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
