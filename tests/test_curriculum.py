@@ -10,6 +10,7 @@ import csv
 import io
 import math
 
+import mujoco
 import numpy as np
 import pytest
 import torch
@@ -35,6 +36,7 @@ from robolearn.envs.curriculum import (
     fit_gmm,
     read_address,
     select_gmm,
+    world_values,
     write_address,
 )
 
@@ -55,9 +57,8 @@ def cart_at(env: BatchedEnv, env_ids: torch.Tensor, spread: float = 0.0) -> tupl
 
 
 def goal_obs(env: BatchedEnv) -> torch.Tensor:
-    """The per-world task parameter ``goal`` as an observation (a task term reading env.task_params)."""
-    goal = env.task_params["goal"]
-    return goal if goal.ndim == 2 else goal.expand(env.num_envs, -1)
+    """The task parameter ``goal`` as an observation (a task term reading env.task_params)."""
+    return world_values(env, "goal")
 
 
 def tiny_cfg(episode_length: int = 4, **curriculum: CurriculumTerm) -> TaskCfg:
@@ -462,3 +463,20 @@ def test_curricula_leave_the_device_only_through_the_sync_module():
         info = run(env, 40)
     assert set(info["curriculum"]) == {"sched", "gate", "levels", "alp", "base_gate"}
     assert env.cfg.rewards["base"].params["value"] == 1.0  # a Python number, written back as one
+
+
+def test_a_class_event_term_is_rebuilt_with_the_moved_range():
+    # The pole-mass randomisation of Cartpole-Balance-DR binds its range when built; the schedule
+    # widens a degenerate range (a fixed scale) from x1 to x2, and each new episode draws under it.
+    term = CurriculumTerm(Schedule, params=dict(target="events.pole_mass.params.range", start=[1.0, 1.0],
+                                                end=[2.0, 2.0], num_steps=2))
+    env = robolearn.make("Cartpole-Balance-DR", 2, seed=0, nthread=1, episode_length=1, curriculum={"mass": term})
+    pole = mujoco.mj_name2id(env.model, mujoco.mjtObj.mjOBJ_BODY, "pole")
+    template = float(env.model.body_mass[pole])  # the compiled model is the template the term scales
+    built = env.event_manager.calls["pole_mass"]
+    for scale in (1.5, 2.0, 2.0):
+        env.step(torch.zeros(2, 1))
+        assert env.cfg.events["pole_mass"].params["range"] == (scale, scale)
+        assert torch.allclose(env.drawn["mass/pole"], torch.full((2, 1), scale, dtype=torch.float64))
+    assert env.event_manager.calls["pole_mass"] is not built
+    assert torch.allclose(env.sim.get_model_field("body_mass")[:, pole], torch.full((2,), 2.0 * template, dtype=torch.float64))

@@ -213,6 +213,8 @@ def write_address(env: BatchedEnv, address: str | Address, value: Any, env_ids: 
         value = host_value(value)
         if isinstance(old, numbers.Integral) and not isinstance(old, bool) and isinstance(value, float):
             value = round(value)
+    if isinstance(old, tuple) and isinstance(value, list):
+        value = tuple(value)  # a (low, high) range stays a tuple
     params[addr.key] = value
     env.curriculum_manager.written[addr.text] = addr
     if addr.section == "events" and isinstance(env.cfg.events[addr.term].func, type):
@@ -231,6 +233,16 @@ def per_world(env: BatchedEnv, name: str, where: str) -> torch.Tensor:
         env.task_params[name] = value.unsqueeze(0).expand(env.num_envs, *value.shape).clone()
         manager.per_world.add(name)
     return env.task_params[name]
+
+
+def world_values(env: BatchedEnv, name: str) -> torch.Tensor:
+    """Task parameter ``name`` with one row per world, ``[N, *declared shape]``, for task terms:
+    the per-world table itself, or the shared value expanded (a view, no copy) while it is shared.
+    """
+    value = env.task_params[name]
+    if name in env.curriculum_manager.per_world:
+        return value
+    return value.unsqueeze(0).expand(env.num_envs, *value.shape)
 
 
 def own_cfg(cfg: TaskCfg) -> TaskCfg:
