@@ -3,6 +3,7 @@
 from robolearn.envs.registry import register
 
 from .flat import quadruped_flat_cfg, quadruped_flat_nodr_cfg
+from .rough import quadruped_rough_cfg
 
 register(
     "Quadruped-Flat",
@@ -13,4 +14,9 @@ register(
     "Quadruped-Flat-NoDR",
     quadruped_flat_nodr_cfg,
     "Quadruped-Flat without randomisation (no friction/payload draws, no pushes): the robustness baseline",
+)
+register(
+    "Quadruped-Rough",
+    quadruped_rough_cfg,
+    "Quadruped-Flat on a generated height field (slopes, rough, stairs; 6 levels) with a terrain-level curriculum",
 )

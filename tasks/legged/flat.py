@@ -16,6 +16,7 @@ from robolearn.assets import quadruped as go1
 from robolearn.envs import (
     ActionTerm,
     CommandTerm,
+    CurriculumTerm,
     EventTerm,
     InitialState,
     NoiseCfg,
@@ -28,6 +29,7 @@ from robolearn.envs import (
 )
 from robolearn.sim2real.randomization import push_by_velocity, randomize_field
 from robolearn.tasks.legged import mdp as legged
+from robolearn.tasks.legged.curriculum import RangeGate
 
 DT = 0.02
 """Control period (s): 5 ms physics x 4."""
@@ -36,7 +38,8 @@ COMMAND = "base_velocity"
 """Name of the velocity command term."""
 
 COMMAND_RANGES = {"lin_vel_x": (-1.0, 1.0), "lin_vel_y": (-0.6, 0.6), "ang_vel_z": (-1.0, 1.0)}
-"""Initial command ranges (m/s, m/s, rad/s); the command curriculum widens them."""
+"""The task's command ranges (m/s, m/s, rad/s): what an evaluation without the curriculum draws
+from, and where the command curriculum starts before it widens them."""
 
 COMMAND_LIMITS = {"lin_vel_x": (-2.0, 2.0), "lin_vel_y": (-1.0, 1.0), "ang_vel_z": (-2.0, 2.0)}
 """The widest the command curriculum takes them (Go1's top trotting speed is about 2 m/s)."""
@@ -55,6 +58,35 @@ REWARD_SCALES = {
     "feet_air_time": 1.0,
     "collision": -1.0,
 }
+
+
+def command_curriculum() -> dict[str, CurriculumTerm]:
+    """legged_gym's command curriculum: once the ended episodes track well (the tracking term
+    earns at least 80% of its maximum per second of a full episode, averaged over 256 episodes) widen the forward
+    speed range by 0.1 m/s at each end, up to :data:`COMMAND_LIMITS`; the yaw-rate range likewise on
+    its own term. Neither shrinks again (legged_gym's rule: a range, once mastered, stays). Each
+    logs the upper end of its range.
+    """
+    terms = {}
+    for key, reward, weight in (
+        ("lin_vel_x", "track_lin_vel_xy", REWARD_SCALES["track_lin_vel_xy"]),
+        ("ang_vel_z", "track_ang_vel_z", REWARD_SCALES["track_ang_vel_z"]),
+    ):
+        terms[f"command_{key}"] = CurriculumTerm(
+            RangeGate,
+            params={
+                "target": f"commands.{COMMAND}.params.{key}",
+                "start": list(COMMAND_RANGES[key]),
+                "end": list(COMMAND_LIMITS[key]),
+                "step": [0.1, 0.1],
+                # The measure is the weighted episode sum per second of a full episode: weight x
+                # DT x (1 / DT) per second at perfect tracking, so 0.8 x weight is 80% of it.
+                "measure": f"reward_per_s/{reward}",
+                "threshold": 0.8 * weight,
+                "min_episodes": 256,
+            },
+        )
+    return terms
 
 
 def policy_group() -> ObsGroup:
@@ -174,6 +206,7 @@ def quadruped_flat_cfg() -> TaskCfg:
             "flipped": TerminationTerm(legged.flipped, params={"max_tilt_deg": 60.0}),
         },
         events=randomization(),
+        curriculum=command_curriculum(),
         initial_state=InitialState(
             legged.stand_state,
             params={"default": go1.DEFAULT_JOINT_POS, "height": go1.SPAWN_HEIGHT, "joint_scale": (0.9, 1.1)},
