@@ -154,16 +154,25 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
 
 
 def _check_onnx_io(session: Any, manifest: ExportManifest, folder: Path) -> None:
-    """The ONNX graph's inputs and outputs are the manifest's, by name (state tensors included)."""
+    """The ONNX graph's inputs and outputs are the manifest's, by name, and each state input has the
+    manifest's per-world shape (state tensors included).
+    """
     want_in = ["obs", *(s.input for s in manifest.states)]
     want_out = ["action", *(s.output for s in manifest.states)]
-    got_in = [i.name for i in session.get_inputs()]
+    got = {i.name: i.shape for i in session.get_inputs()}
     got_out = [o.name for o in session.get_outputs()]
-    if sorted(got_in) != sorted(want_in) or not set(want_out) <= set(got_out):
+    if sorted(got) != sorted(want_in) or not set(want_out) <= set(got_out):
         raise PolicyLoadError(
-            f"policy={folder}: the network's inputs {got_in} and outputs {got_out} are not the manifest's "
+            f"policy={folder}: the network's inputs {list(got)} and outputs {got_out} are not the manifest's "
             f"{want_in} -> {want_out} (recurrent.states)"
         )
+    for state in manifest.states:
+        shape = list(got[state.input][1:])  # past the batch axis: fixed sizes
+        if shape != list(state.shape):
+            raise PolicyLoadError(
+                f"policy={folder}: the network's input {state.input} is [batch, {', '.join(map(str, shape))}], "
+                f"the manifest's recurrent state {state.name} has shape {list(state.shape)}"
+            )
 
 
 def _onnx_recurrent(session: Any, policy: ExportedPolicy) -> Any:
