@@ -897,9 +897,11 @@ class AlpGmm(CurriculumTermBase):
         earlier_r = np.concatenate([self.perf, perf])
         # Row i's candidates are the history and the batch's rows before i (the order the episodes
         # are recorded in); chunks of rows bound the [rows, history] distance table.
+        sq = (earlier_p**2).sum(axis=1)
         for a in range(0, n, 256):
             b = min(n, a + 256)
-            d2 = ((unit[a:b, None, :] - earlier_p[None, : h + b]) ** 2).sum(axis=-1)
+            # |u - p|^2 = |u|^2 - 2 u.p + |p|^2: a matrix product instead of a [rows, H, d] table.
+            d2 = sq[a + h : b + h, None] - 2.0 * unit[a:b] @ earlier_p[: h + b].T + sq[None, : h + b]
             rows = np.arange(a, b)
             d2[:, h:][rows[:, None] <= np.arange(b)[None, :]] = np.inf  # itself and later rows
             nearest = np.argmin(d2, axis=1)
