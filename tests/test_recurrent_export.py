@@ -207,6 +207,7 @@ class _NoShapes(GRUPolicy):
         (_NonZeroStart(), "initial state h is not zeros"),
         (_WrongShape(), r"initial_state\(2\) gives h of shape \[2, 16\], expected \[2, 2, 16\]"),
         (_NoShapes(), "do not give one shape per state name"),
+        (GRUPolicy(obs_dim=7), r"forward\(obs \[2, 5\], \*initial_state\(2\)\) failed"),
     ],
 )
 def test_exporter_refuses_a_module_that_breaks_the_contract(tmp_path: Path, spec: dict, module: nn.Module,

@@ -248,8 +248,11 @@ def _check_recurrent(policy: nn.Module, states: tuple[StateSpec, ...], obs_dim: 
             raise ExportError(f"recurrent policy: state {spec.name} is {tensor.dtype}, expected torch.float32")
         if bool(tensor.any()):
             raise ExportError(f"recurrent policy: initial state {spec.name} is not zeros (the manifest promises zeros)")
-    with torch.no_grad():
-        out = policy(torch.zeros(2, obs_dim), *initial)
+    try:
+        with torch.no_grad():
+            out = policy(torch.zeros(2, obs_dim), *initial)
+    except Exception as exc:  # a width mismatch surfaces as a matmul error: say what was fed
+        raise ExportError(f"recurrent policy: forward(obs [2, {obs_dim}], *initial_state(2)) failed: {exc}") from exc
     if not isinstance(out, tuple) or len(out) != 1 + len(states):
         raise ExportError(f"recurrent policy: forward must return (action, {', '.join(s.name for s in states)})")
     if tuple(out[0].shape) != (2, action_dim):
