@@ -25,14 +25,17 @@ class CueEnv:
     """A memory toy: a +-1 cue is visible (``policy``) only at an episode's first step; every step pays
     ``-(action - cue)^2``. World ``i`` runs episodes of ``base + i % 3`` steps (so worlds end at
     different times); worlds ``i % 4 == 0`` end terminated, the others truncated. The critic group
-    always shows the cue and the episode clock (an asymmetric critic).
+    always shows the cue and the episode clock (an asymmetric critic). With ``frames``, a ``history``
+    group stacks the last ``frames`` policy frames, oldest first (a restarted world's window is filled
+    with its first frame, as :class:`robolearn.spec.processors.History` does).
 
-    A feed-forward policy cannot beat ``a = 0`` after the first step (expected ``-1`` per step there);
-    a policy with memory can reach ``0``.
+    A feed-forward policy on ``policy`` cannot beat ``a = 0`` after the first step (expected ``-1``
+    per step there); a policy with memory, or with a history as long as an episode, can reach ``0``.
     """
 
-    def __init__(self, num_envs: int = 16, seed: int = 0, base: int = 6) -> None:
-        self.num_envs = num_envs
+    def __init__(self, num_envs: int = 16, seed: int = 0, base: int = 6, frames: int = 0) -> None:
+        self.num_envs, self.frames = num_envs, frames
+        self.window = torch.zeros(num_envs, max(frames, 1), 2)
         self.device = torch.device("cpu")
         self.gen = torch.Generator().manual_seed(seed)
         self.lengths = base + torch.arange(num_envs) % 3
@@ -40,17 +43,27 @@ class CueEnv:
         self.t = torch.zeros(num_envs, dtype=torch.long)
         self.cue = torch.zeros(num_envs)
 
+    def _frame(self) -> torch.Tensor:
+        first = (self.t == 0).float()
+        return torch.stack([self.cue * first, first], -1)
+
     @property
     def obs(self) -> dict[str, torch.Tensor]:
-        first = (self.t == 0).float()
-        return {
-            "policy": torch.stack([self.cue * first, first], -1),
+        out = {
+            "policy": self._frame(),
             "critic": torch.stack([self.cue, self.t.float() / self.max_episode_length], -1),
         }
+        if self.frames:
+            out["history"] = self.window.flatten(1).clone()
+        return out
 
     def _draw(self, ids: torch.Tensor) -> None:
         self.cue[ids] = torch.randint(0, 2, (len(ids),), generator=self.gen).float() * 2 - 1
         self.t[ids] = 0
+        self.window[ids] = self._frame()[ids].unsqueeze(1)
+
+    def _push(self) -> None:
+        self.window = torch.cat([self.window[:, 1:], self._frame().unsqueeze(1)], dim=1)
 
     def reset(self, seed: int | None = None) -> tuple[dict[str, torch.Tensor], dict]:
         if seed is not None:
@@ -61,6 +74,7 @@ class CueEnv:
     def step(self, action: torch.Tensor):
         reward = -(action[:, 0].clamp(-2.0, 2.0) - self.cue).square()
         self.t += 1
+        self._push()
         done = self.t >= self.lengths
         ids = torch.arange(self.num_envs)
         terminated, truncated = done & (ids % 4 == 0), done & (ids % 4 != 0)
@@ -79,9 +93,10 @@ def _cfg(memory: str = "gru", **overrides: object) -> PPOConfig:
     return PPOConfig(**base)  # type: ignore[arg-type]
 
 
-def _agent(memory: str = "gru", seed: int = 0, **overrides: object) -> PPO:
+def _agent(memory: str = "gru", seed: int = 0, frames: int = 0, **overrides: object) -> PPO:
     torch.manual_seed(seed)
-    return PPO({"policy": 2, "critic": 2}, 1, _cfg(memory, seed=seed, **overrides))
+    dims = {"policy": 2, "critic": 2, **({"history": 2 * frames} if frames else {})}
+    return PPO(dims, 1, _cfg(memory, seed=seed, **overrides))
 
 
 def _collect(ppo: PPO, env: CueEnv, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -384,15 +399,15 @@ def test_history_policy_module_reads_policy_then_history(memory):
 # -- learning --------------------------------------------------------------------------------------
 
 
-def _learn_cue(memory: str, iterations: int, seed: int) -> float:
+def _learn_cue(memory: str, iterations: int, seed: int, frames: int = 0, **overrides: object) -> float:
     """Mean per-step reward of the deterministic policy on fresh worlds after training."""
-    ppo = _agent(memory, seed=seed)
-    env = CueEnv(64, seed=seed)
+    ppo = _agent(memory, seed=seed, frames=frames, **overrides)
+    env = CueEnv(64, seed=seed, frames=frames)
     obs, _ = env.reset()
     for _ in range(iterations):
         obs = _collect(ppo, env, obs)
         ppo.update()
-    result = rollout(CueEnv(64, seed=100 + seed), ppo.act_inference, seed=5)
+    result = rollout(CueEnv(64, seed=100 + seed, frames=frames), ppo.act_inference, seed=5)
     return float(result.returns.sum() / result.lengths.sum())
 
 
@@ -405,3 +420,67 @@ def test_memory_solves_a_task_a_feed_forward_policy_cannot(memory):
     # The control, with the same budget and settings: a feed-forward policy stays near its bound.
     if memory == "gru":
         assert _learn_cue("none", 15, seed=0) < -0.7
+
+
+def test_history_encoder_solves_the_cue_task_from_its_window():
+    """8 frames cover a whole episode (6-8 steps): the conv encoder finds the cue in the window."""
+    conv = dict(history_encoder="conv", history_frames=8, history_channels=(16,), history_kernel=3)
+    assert _learn_cue("none", 15, seed=0, frames=8, **conv) > -0.2
+
+
+def _cartpole_positions_task(frames: int):
+    """Cartpole-Balance (200 steps) whose actor sees positions only: ``policy`` is cart position and
+    pole cos/sin, ``history`` the last ``frames`` of them; the critic sees the full state."""
+    from robolearn.envs import ObsGroup
+    from robolearn.tasks.classic.cartpole import cartpole_balance_cfg
+
+    cfg = cartpole_balance_cfg()
+    terms = cfg.observations["policy"].terms
+    positions = {k: terms[k] for k in ("cart_pos", "pole_cos_sin")}
+    cfg.observations = {
+        "policy": ObsGroup(terms=dict(positions)),
+        "history": ObsGroup(terms=dict(positions), history_length=frames),
+        "critic": ObsGroup(terms=dict(terms)),
+    }
+    cfg.episode_length = 200
+    return cfg
+
+
+def _cartpole_eval(ppo: PPO, frames: int) -> float:
+    """Mean per-step reward of the deterministic policy over one 200-step episode of 16 worlds."""
+    from robolearn.envs.batched_env import BatchedEnv
+
+    env = BatchedEnv(_cartpole_positions_task(frames), 16, seed=123, nthread=1)
+    result = rollout(env, lambda obs: ppo.act_inference(obs).clamp(-1.0, 1.0), seed=123)
+    return float(result.returns.sum() / result.lengths.sum())
+
+
+# Measured (100 updates of 32 x 32 steps, seed 0, one loaded CPU thread, ~90 s): before 0.70, after
+# 0.985 (`OMP_NUM_THREADS=1 python try_cart.py conv 100 0`, the loop below). For the record: on this
+# task positions alone suffice (the feed-forward policy reached 0.997, a GRU 0.91 in the same
+# budget), so it shows that the encoder learns, not that history is needed; the cue task shows that.
+@pytest.mark.slow
+def test_history_encoder_learns_cartpole_balance_from_positions():
+    from robolearn.envs.batched_env import BatchedEnv
+
+    frames = 4
+    torch.manual_seed(0)
+    env = BatchedEnv(_cartpole_positions_task(frames), 32, seed=0, nthread=1)
+    cfg = PPOConfig(
+        num_steps=32, num_epochs=5, num_minibatches=4, actor_hidden=(64, 64), critic_hidden=(64, 64),
+        entropy_coef=0.0, init_noise_std=0.5, gamma=0.98, max_learning_rate=3e-3, critic_obs_group="critic",
+        history_encoder="conv", history_frames=frames, history_channels=(16,), history_kernel=2,
+    )
+    ppo = PPO(env.obs_dims, env.action_dim, cfg)
+    before = _cartpole_eval(ppo, frames)
+    obs, _ = env.reset()
+    for _ in range(100):
+        for _ in range(cfg.num_steps):
+            action = ppo.act(obs)
+            next_obs, reward, terminated, truncated, info = env.step(action.clamp(-1.0, 1.0))
+            ppo.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
+            obs = next_obs
+        ppo.compute_returns(obs)
+        ppo.update()
+    after = _cartpole_eval(ppo, frames)
+    assert after > before + 0.15 and after > 0.9, (before, after)
