@@ -77,12 +77,22 @@ def train(task: str, seed: int, steps: int, run_dir: Path) -> float:
 
 
 @torch.inference_mode()
-def tracking(run_dir: Path, seed: int, worlds: int = 32) -> dict[str, float]:
-    """Velocity-tracking figures of the run's final policy on :data:`EVAL_TASK` (see the module doc)."""
+def tracking(run_dir: Path | None, seed: int, worlds: int = 32) -> dict[str, float]:
+    """Velocity-tracking figures of the run's final policy on :data:`EVAL_TASK` (see the module
+    doc); ``run_dir=None`` judges the zero action (stand in the default pose), the floor to beat.
+    """
     from robolearn.tasks.legged import mdp as legged
 
-    policy = load_policy(run_dir)
-    env = robolearn.make(EVAL_TASK, worlds, seed=seed, nthread=1, **flatten_overrides(policy.cfg.task_overrides))
+    if run_dir is None:
+        overrides: dict[str, Any] = {}
+
+        def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+            return torch.zeros(worlds, 12)
+    else:
+        policy = load_policy(run_dir)
+        overrides, act = flatten_overrides(policy.cfg.task_overrides), policy.act
+    # Without the command curriculum: the task's own command ranges (the curriculum's start).
+    env = robolearn.make(EVAL_TASK, worlds, seed=seed, nthread=1, curriculum={}, **overrides)
     obs, _ = env.reset()
     alive = torch.ones(worlds, dtype=torch.bool)
     err_sum = torch.zeros(worlds, dtype=torch.float64)
@@ -90,7 +100,7 @@ def tracking(run_dir: Path, seed: int, worlds: int = 32) -> dict[str, float]:
     yaw_sum = torch.zeros(worlds, dtype=torch.float64)
     steps = torch.zeros(worlds, dtype=torch.float64)
     for _ in range(env.max_episode_length):
-        obs, _, terminated, truncated, _ = env.step(policy.act(obs))
+        obs, _, terminated, truncated, _ = env.step(act(obs))
         live = alive & ~terminated & ~truncated
         cmd = env.command_manager.values["base_velocity"]
         err = torch.linalg.vector_norm(legged.base_lin_vel(env)[:, :2] - cmd[:, :2], dim=1)
@@ -122,7 +132,7 @@ def gate(run_dir: Path, seed: int, bar: float | None, episodes: int) -> dict[str
     overrides = flatten_overrides(policy.cfg.task_overrides)
 
     def make_env(extra: dict[str, Any]):
-        return robolearn.make(EVAL_TASK, 8, seed=seed, nthread=1, **{**overrides, **extra})
+        return robolearn.make(EVAL_TASK, 8, seed=seed, nthread=1, curriculum={}, **{**overrides, **extra})
 
     conditions = CONDITIONS if bar is None else {k: replace(p, min_return=bar) for k, p in CONDITIONS.items()}
     rows = run_gate(make_env, policy.act, conditions, episodes=episodes, seed=seed, min_ratio=0.7)
@@ -179,6 +189,11 @@ def main() -> None:
     )
     print("| variant | lin. vel. error (m/s) | track_lin_vel kernel | track_yaw kernel | fell |")
     print("|---|---|---|---|---|")
+    stand = tracking(None, args.eval_seed)
+    print(
+        f"| zero action (stand) | {stand['lin_vel_error']:.2f} | {stand['track_lin_vel']:.2f} | "
+        f"{stand['track_yaw_rate']:.2f} | {stand['fell']:.2f} |"
+    )
     for v in args.variants:
         t = [results[v][s]["tracking"] for s in seeds]
         print(
