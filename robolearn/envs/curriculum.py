@@ -37,6 +37,8 @@ an evaluation env is without the curriculum: ``robolearn.make(task, n, curriculu
 ``curriculum`` override empties ``TaskCfg.curriculum``). An env built with the curriculum runs it
 in every env it is built into, evaluation included, from the curriculum's start values.
 
+``env.reset()`` leaves the curriculum where it is: its state is training progress, not an episode's.
+
 Device: terms run only where some world's episode ended, never on a plain step; their host
 transfers (the ALP-GMM teacher fits on the host; a Python-number param is written back as one) go
 through ``robolearn.envs.sync``.
