@@ -258,3 +258,55 @@ def test_registered_tasks_step_without_nan(task: str) -> None:
             assert torch.isfinite(group).all()
     assert env.obs_dims["policy"] == 45  # 3 + 3 + 3 + 12 + 12 + 12
     assert "command_lin_vel_x" in info["curriculum"]
+
+
+class _Stub:
+    """The few env attributes the gait terms read, set by hand."""
+
+    def __init__(self, n: int) -> None:
+        self.num_envs, self.device, self.dt = n, torch.device("cpu"), 0.02
+        self.episode_length = torch.zeros(n, dtype=torch.long)
+        self.sim = type("Sim", (), {})()
+        self.sim.qpos = torch.zeros(n, 19, dtype=torch.float64)
+        self.sim.qpos[:, 3] = 1.0
+        self.sim.qvel = torch.zeros(n, 18, dtype=torch.float64)
+        self.sim.sensordata = torch.zeros(n, 13, dtype=torch.float64)
+        self.command_manager = type("Commands", (), {})()
+        self.command_manager.values = {"base_velocity": torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64)}
+
+
+def test_feet_air_time_by_hand() -> None:
+    env = _Stub(2)
+    rewards = []
+    # Foot FR in the air for 30 steps (0.6 s), then down; the other feet stay down.
+    for step in range(1, 40):
+        env.episode_length += 1
+        down = torch.ones(2, 4, dtype=torch.float64) * 50.0
+        if step <= 30:
+            down[:, 0] = 0.0
+        env.sim.sensordata[:, :4] = down
+        rewards.append(legged.feet_air_time(env, target=0.5))  # type: ignore[arg-type]
+    r = torch.stack(rewards)
+    # The landing step (31) pays air time - 0.5 = 31 x 0.02 - 0.5 = 0.12 s (the air time counts the
+    # landing step, as legged_gym's); every other step pays nothing; a zero command pays nothing.
+    assert r[30, 0].item() == pytest.approx(31 * 0.02 - 0.5)
+    assert r[:, 0].abs().sum().item() == pytest.approx(31 * 0.02 - 0.5)
+    assert (r[:, 1] == 0).all()
+
+
+def test_tracking_kernels_by_hand() -> None:
+    env = _Stub(2)
+    env.sim.qvel[:, 0] = torch.tensor([1.0, 0.5], dtype=torch.float64)  # world-frame vx, trunk level
+    env.sim.qvel[:, 5] = 0.3
+    # World 0 tracks (1, 0) exactly; world 1 is 0.5 m/s short of nothing: err^2 = 0.25.
+    env.command_manager.values["base_velocity"][1] = torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64)
+    lin = legged.track_lin_vel_xy(env, std=0.5)  # type: ignore[arg-type]
+    np.testing.assert_allclose(lin.numpy(), [1.0, math.exp(-0.25 / 0.25)])
+    yaw = legged.track_ang_vel_z(env, std=0.5)  # type: ignore[arg-type]
+    np.testing.assert_allclose(yaw.numpy(), [math.exp(-0.09 / 0.25)] * 2)
+    # A trunk yawed 90 degrees: world-frame +y velocity is body-frame +x.
+    half = math.pi / 4
+    env.sim.qpos[:, 3:7] = torch.tensor([math.cos(half), 0.0, 0.0, math.sin(half)], dtype=torch.float64)
+    env.sim.qvel[:, :3] = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    np.testing.assert_allclose(legged.base_lin_vel(env).numpy(), [[1.0, 0.0, 0.0]] * 2, atol=1e-12)  # type: ignore[arg-type]
+    np.testing.assert_allclose(legged.projected_gravity(env).numpy(), [[0.0, 0.0, -1.0]] * 2, atol=1e-12)  # type: ignore[arg-type]

@@ -6,9 +6,10 @@ terms below read those slices directly (the trunk's free joint comes first in th
 Foot contacts come from the model's touch sensors (``sensordata[:, :4]``, one per foot in leg
 order, then the trunk's, then thigh and calf of each leg): see ``assets/quadruped.xml``.
 
-A few terms need memory across steps (the feet's air time, the distance walked since the
-episode's start); it is kept per env in :func:`gait_state`, created on first use and reset per
-world when that world's episode restarts (``episode_length == 1`` on its first step).
+A few terms need memory across steps (the feet's air time, where the episode started); it is
+kept per env in :func:`gait_state`, created on first use and reset per world when that world's
+episode restarts. It is not part of the env's checkpoint: a resumed run starts every foot's air
+time at zero (one step's difference to the air-time reward per world).
 """
 
 from __future__ import annotations
@@ -216,10 +217,10 @@ def feet_air_time(
     Long steps earn, shuffling costs. Updates the env's :class:`GaitState` (call it once per step).
     """
     state = gait_state(env)
-    fresh = env.episode_length == 1  # first step of an episode: forget the previous one's feet
-    if bool(fresh.any()):
-        state.air_time[fresh] = 0.0
-        state.last_contact[fresh] = False
+    # First step of an episode: forget the previous episode's feet (a select, not a host sync).
+    fresh = (env.episode_length == 1).unsqueeze(1)
+    state.air_time.masked_fill_(fresh, 0.0)
+    state.last_contact.masked_fill_(fresh, False)
     contact = env.sim.sensordata[:, :NUM_FEET] > threshold
     # A foot counts as down if it touches now or touched last step: the contact sensor of a
     # foot landing on its edge flickers for a step (legged_gym's "contact_filt").
