@@ -213,6 +213,11 @@ def test_bptt_chunks_reproduce_the_rollout_step_by_step(kind):
         unreset, _ = ppo.actor_memory.sequence(features, start["actor"], None)
         reset, _ = ppo.actor_memory.sequence(features, start["actor"], batch.resets)
     assert (unreset[v] - reset[v]).abs().max() > 1e-3
+    # An update over padded chunks stays finite (padding neither enters the means nor makes NaNs).
+    before = [p.detach().clone() for p in ppo.actor_memory.parameters()]
+    stats = ppo.update()
+    assert all(bool(torch.isfinite(value)) for value in stats.values()), stats
+    assert any(not torch.equal(b, p) for b, p in zip(before, ppo.actor_memory.parameters(), strict=True))
 
 
 def test_chunk_batches_cover_every_step_once_and_padding_is_masked():
@@ -259,6 +264,7 @@ def test_masked_losses_ignore_padding_and_equal_plain_means_without_mask():
     for name in plain:
         torch.testing.assert_close(masked[name], kept[name])
     assert masked_mean(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([True, True, False])) == 2.0
+    assert masked_mean(torch.tensor([1.0, 3.0, float("inf")]), torch.tensor([True, True, False])) == 2.0
     assert torch.equal(masked_mean(args[0]), args[0].mean())
 
 
@@ -484,3 +490,41 @@ def test_history_encoder_learns_cartpole_balance_from_positions():
         ppo.update()
     after = _cartpole_eval(ppo, frames)
     assert after > before + 0.15 and after > 0.9, (before, after)
+
+
+# -- the runner -------------------------------------------------------------------------------------
+
+
+def _runner_run(run_dir, iterations: int, resume: bool = False):
+    import robolearn
+    from robolearn.runners import OnPolicyRunner, RunnerConfig
+
+    torch.manual_seed(0)
+    env = robolearn.make("Cartpole-Balance", 8, seed=0, episode_length=20)  # episodes end inside rollouts
+    eval_env = robolearn.make("Cartpole-Balance", 3, seed=1, episode_length=12)
+    cfg = PPOConfig(num_steps=12, bptt_length=5, actor_hidden=(16,), critic_hidden=(16,), memory="lstm",
+                    memory_hidden=8, num_minibatches=2, seed=0)
+    agent = PPO(env.obs_dims, env.action_dim, cfg)
+    runner_cfg = RunnerConfig(total_env_steps=8 * 12 * iterations, eval_interval=1, eval_steps=30, checkpoint_interval=1,
+                              video=False, console=False, tensorboard=False)
+    runner = OnPolicyRunner(env, agent, runner_cfg, run_dir, eval_env=eval_env)
+    runner.learn(resume=resume)
+    return runner
+
+
+def test_runner_resume_of_a_recurrent_run_continues_exactly(tmp_path):
+    """Evaluations (several episodes per eval world, so the reset verb runs) and a resume from a
+    checkpoint taken mid-episode reproduce the uninterrupted run's metrics."""
+    import csv
+
+    _runner_run(tmp_path / "a", 4)
+    _runner_run(tmp_path / "b", 2)
+    _runner_run(tmp_path / "b", 4, resume=True)
+
+    def rows(run):
+        with (run / "metrics.csv").open() as fh:
+            return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in csv.DictReader(fh)]
+
+    expected, got = rows(tmp_path / "a"), rows(tmp_path / "b")
+    assert len(expected) == 4 and got == expected
+    assert len({r["eval/return"] for r in expected}) > 1

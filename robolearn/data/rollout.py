@@ -50,7 +50,7 @@ class ChunkBatch:
     """A minibatch of whole rollout chunks for truncated BPTT: time-major ``[L, B, ...]``.
 
     Chunk ``b`` holds steps ``c*L .. c*L+L-1`` of one world; steps past the rollout's end are
-    padding (``valid`` false, zeros elsewhere).
+    padding (``valid`` false; zeros elsewhere, ones in ``action_std``).
     """
 
     obs: Obs
@@ -271,9 +271,9 @@ class RolloutStorage:
         resets[1:] = done[:-1]
         valid = torch.ones_like(done)
 
-        def chunked(buf: torch.Tensor) -> torch.Tensor:
+        def chunked(buf: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
             # [T, N, ...] -> padded [C*L, N, ...] -> [C, L, N, ...] -> [L, C*N, ...] (chunk c*N + n).
-            pad = torch.zeros(padded - self.num_steps, *buf.shape[1:], dtype=buf.dtype, device=buf.device)
+            pad = torch.full((padded - self.num_steps, *buf.shape[1:]), fill, dtype=buf.dtype, device=buf.device)
             full = torch.cat([buf, pad]).reshape(self.num_chunks, length, *buf.shape[1:])
             return full.transpose(0, 1).flatten(1, 2)
 
@@ -284,7 +284,8 @@ class RolloutStorage:
             "advantages": chunked(self.advantages),
             "log_probs": chunked(self.log_probs),
             "action_mean": chunked(self.action_mean),
-            "action_std": chunked(self.action_std),
+            # Padding of one: a KL or log-probability evaluated on a padded step stays finite.
+            "action_std": chunked(self.action_std, fill=1.0),
         }
         obs = {group: chunked(buf) for group, buf in self.obs.items()}
         starts = {name: buf.flatten(0, 1) for name, buf in self.hidden.items()}

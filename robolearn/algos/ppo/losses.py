@@ -11,8 +11,9 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tens
     """
     if mask is None:
         return x.mean()
-    weight = mask.to(x.dtype)
-    return (x * weight).sum() / weight.sum().clamp_min(1.0)
+    keep = mask.to(torch.bool)
+    # where, not x * mask: a padded entry that is inf would turn into NaN when multiplied by 0.
+    return torch.where(keep, x, torch.zeros_like(x)).sum() / keep.sum().clamp_min(1).to(x.dtype)
 
 
 def surrogate_loss(
