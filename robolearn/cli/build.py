@@ -35,16 +35,19 @@ def flatten_overrides(overrides: Mapping[str, Any], prefix: str = "") -> dict[st
     return flat
 
 
-def build_env(cfg: TrainConfig, num_envs: int, seed: int, device: str | None = None) -> BatchedEnv:
-    """``num_envs`` worlds of the run's task with its overrides, seeded ``seed``."""
-    return robolearn.make(
-        cfg.task,
-        num_envs,
-        seed=seed,
-        device=device or cfg.device,
-        backend=cfg.backend,
-        **flatten_overrides(cfg.task_overrides),
-    )
+def build_env(
+    cfg: TrainConfig, num_envs: int, seed: int, device: str | None = None, evaluation: bool = False
+) -> BatchedEnv:
+    """``num_envs`` worlds of the run's task with its overrides, seeded ``seed``.
+
+    ``evaluation=True`` builds the env without the task's curriculum: the values a task declares
+    are the task itself and the curriculum's end point, so reported scores measure the task a user
+    asked for, not the easy start a curriculum trains from.
+    """
+    overrides = flatten_overrides(cfg.task_overrides)
+    if evaluation:
+        overrides["curriculum"] = {}
+    return robolearn.make(cfg.task, num_envs, seed=seed, device=device or cfg.device, backend=cfg.backend, **overrides)
 
 
 def build_agent(cfg: TrainConfig, env: BatchedEnv, device: str | None = None) -> Any:

@@ -217,7 +217,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         env = build_env(cfg, cfg.num_envs, cfg.seed)
     except ValueError as exc:  # an unknown task or task override: the registry names the choices
         raise ConfigError(str(exc)) from exc
-    eval_env = build_env(cfg, cfg.eval_num_envs, cfg.seed + EVAL_SEED_OFFSET) if cfg.eval_num_envs else None
+    eval_env = (
+        build_env(cfg, cfg.eval_num_envs, cfg.seed + EVAL_SEED_OFFSET, evaluation=True) if cfg.eval_num_envs else None
+    )
     try:
         agent = build_agent(cfg, env)
         runner_cls = runner_class(cfg)
@@ -242,7 +244,7 @@ def train_offline(cfg: TrainConfig) -> dict[str, Any]:
     from robolearn.runners.offline import OfflineRunner
 
     try:
-        eval_env = build_env(cfg, max(cfg.eval_num_envs, 1), cfg.seed + EVAL_SEED_OFFSET)
+        eval_env = build_env(cfg, max(cfg.eval_num_envs, 1), cfg.seed + EVAL_SEED_OFFSET, evaluation=True)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     try:
@@ -280,7 +282,7 @@ def eval_command(overrides: list[str]) -> int:
     """Roll out a run's latest checkpoint deterministically; print a table of returns."""
     cfg = to_dataclass(EvalConfig, _with_run(compose_config("eval", overrides)))
     policy = load_policy(cfg.run, device=cfg.device)
-    env = build_env(policy.cfg, cfg.num_envs, cfg.seed, device=cfg.device)
+    env = build_env(policy.cfg, cfg.num_envs, cfg.seed, device=cfg.device, evaluation=True)
     try:
         result = rollout(env, policy.act, episodes=cfg.episodes, seed=cfg.seed, video=_video(env, cfg))
     finally:

@@ -103,7 +103,7 @@ def train_o2o(cfg: TrainConfig) -> dict[str, Any]:
         raise ConfigError(str(exc)) from exc
     eval_env = None
     try:
-        eval_env = build_env(cfg, max(cfg.eval_num_envs, 1), cfg.seed + EVAL_SEED_OFFSET)
+        eval_env = build_env(cfg, max(cfg.eval_num_envs, 1), cfg.seed + EVAL_SEED_OFFSET, evaluation=True)
         online = build_agent(cfg, env)
         pretrained, reference = None, None
         if o2o.checkpoint is not None:
