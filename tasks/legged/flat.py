@@ -5,9 +5,9 @@ robolearn terms: 50 Hz joint-position actions (``default + 0.25 * a`` rad) throu
 (kp 20, kd 0.5) at a 5 ms physics step; a ``(vx, vy, yaw rate)`` command redrawn every 10 s;
 observations a robot has (gyro, gravity direction from the IMU, command, encoders, last action)
 and, for the critic, what only the simulator knows (trunk velocity, foot contacts, the friction
-and mass draws, the full state). Reward weights are legged_gym's scales times the control period
-``dt = 0.02 s``, as legged_gym applies them, so returns are per second of walking and the
-tracking terms earn at most 1.5 per second: 30 over a full 20 s episode.
+and mass draws, the full state). Reward weights are scales times the control period ``dt = 0.02
+s``, as legged_gym applies them (``REWARD_SCALES`` says where they differ from legged_gym's), so
+the tracking terms earn at most 2.25 per second of walking: 45 over a full 20 s episode.
 """
 
 from __future__ import annotations
@@ -44,10 +44,16 @@ from, and where the command curriculum starts before it widens them."""
 COMMAND_LIMITS = {"lin_vel_x": (-2.0, 2.0), "lin_vel_y": (-1.0, 1.0), "ang_vel_z": (-2.0, 2.0)}
 """The widest the command curriculum takes them (Go1's top trotting speed is about 2 m/s)."""
 
-# legged_gym's reward scales (legged_robot_config.py and a1_config.py), to be multiplied by DT.
+# Reward scales after legged_gym (legged_robot_config.py, a1_config.py) and Isaac Lab's Go1
+# velocity task, multiplied by DT as legged_gym applies them. legged_gym clips each step's total
+# reward at zero ("only_positive_rewards"), without which the early policy's penalties outweigh its
+# tracking reward and falling becomes the best move; robolearn's reward manager sums without a
+# clip, so instead the tracking terms take Isaac Lab's larger weights (1.5, 0.75), the air-time
+# reward its flat-ground 0.25, and a fall costs 2 (one step's ``termination`` term): more than the
+# penalties of a whole episode of clumsy standing.
 REWARD_SCALES = {
-    "track_lin_vel_xy": 1.0,
-    "track_ang_vel_z": 0.5,
+    "track_lin_vel_xy": 1.5,
+    "track_ang_vel_z": 0.75,
     "lin_vel_z": -2.0,
     "ang_vel_xy": -0.05,
     "orientation": -1.0,
@@ -55,8 +61,9 @@ REWARD_SCALES = {
     "torques": -2e-4,
     "joint_acc": -2.5e-7,
     "action_rate": -0.01,
-    "feet_air_time": 1.0,
+    "feet_air_time": 0.25,
     "collision": -1.0,
+    "termination": -2.0 / DT,
 }
 
 
@@ -136,6 +143,7 @@ def rewards(terrain: object | None = None) -> dict[str, RewardTerm]:
         "action_rate": RewardTerm(legged.action_rate_l2, w["action_rate"]),
         "feet_air_time": RewardTerm(legged.feet_air_time, w["feet_air_time"], {**cmd, "target": 0.5}),
         "collision": RewardTerm(legged.undesired_contacts, w["collision"]),
+        "termination": RewardTerm(legged.fell, w["termination"]),
     }
 
 

@@ -245,6 +245,13 @@ def flipped(env: BatchedEnv, max_tilt_deg: float = 60.0) -> torch.Tensor:
     return projected_gravity(env)[:, 2] > -math.cos(math.radians(max_tilt_deg))
 
 
+def fell(env: BatchedEnv, max_tilt_deg: float = 60.0) -> torch.Tensor:
+    """1 where the episode ends in a fall this step (trunk contact or tilt beyond ``max_tilt_deg``),
+    else 0: weight it negatively as a termination penalty.
+    """
+    return (trunk_contact(env) | flipped(env, max_tilt_deg)).to(torch.float64)
+
+
 # -- commands --------------------------------------------------------------------------------
 def velocity_command(
     env: BatchedEnv,
