@@ -458,3 +458,31 @@ def test_a_recurrent_run_exports_through_the_cli_and_deploys(gru_run: Path, tmp_
     for t in range(20):
         np.testing.assert_allclose(deployed(obs[t].numpy()), policy.act({"policy": obs[t], "critic": obs[t]}).numpy(),
                                    rtol=0, atol=1e-4)
+
+
+def test_an_evaluation_rollout_restarts_the_loaded_policy_at_episode_ends(gru_run: Path) -> None:
+    """``rollout(env, policy.act)`` finds the loaded policy's ``reset(done)``: every episode starts from
+    the initial state, as replaying the rollout's observations through the module shows."""
+    from robolearn.runners.rollout import rollout
+
+    policy = robolearn.load_policy(gru_run)
+    env = robolearn.make("Cartpole-Balance", 2, seed=0, episode_length=10)
+    seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def record(step: object) -> None:
+        seen.append((step.obs["policy"].clone(), step.action.clone(), (step.terminated | step.truncated).clone()))
+
+    rollout(env, policy.act, episodes=4, max_steps=40, on_step=record)
+    assert sum(int(done.sum()) for *_, done in seen) >= 4  # both worlds crossed episode ends
+    module = policy.module()
+    state = module.initial_state(2)
+    carried = module.initial_state(2)
+    differs = 0.0
+    with torch.no_grad():
+        for obs, action, done in seen:
+            expected, *state = module(obs, *state)
+            torch.testing.assert_close(action, expected, rtol=0, atol=1e-6)
+            without_reset, *carried = module(obs, *carried)
+            differs = max(differs, float((without_reset - expected).abs().max()))
+            state = [torch.where(done.reshape(-1, 1, 1), torch.zeros_like(s), s) for s in state]
+    assert differs > 1e-5  # carrying the state across episodes would have acted otherwise
