@@ -188,18 +188,14 @@ def recurrent_states(policy: nn.Module) -> tuple[StateSpec, ...]:
         raise ExportError(f"recurrent policy: {exc}") from None
 
 
-def _step_sequence(
-    step: Any, obs: torch.Tensor, state: tuple[torch.Tensor, ...], feed_back: bool = True
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step ``obs[T, B, D]`` through ``step(obs, *state) -> (action, *new_state)`` from ``state``;
-    return the actions ``[T, B, A]`` and the states after every step, flattened and concatenated
-    ``[T, B, S]``. Without ``feed_back`` every step starts from ``state`` (what forgetting to carry
-    the state looks like).
+def _step_sequence(step: Any, obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step ``obs[T, B, D]`` through ``step(obs, *state) -> (action, *new_state)`` from ``state``, each
+    new state fed back; return the actions ``[T, B, A]`` and the states after every step, flattened
+    and concatenated ``[T, B, S]``.
     """
     actions, states = [], []
-    first = state
     for t in range(obs.shape[0]):
-        action, *new = step(obs[t], *(state if feed_back else first))
+        action, *new = step(obs[t], *state)
         state = tuple(new)
         actions.append(action)
         states.append(torch.cat([s.reshape(s.shape[0], -1) for s in state], dim=1))
