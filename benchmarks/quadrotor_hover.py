@@ -47,6 +47,7 @@ import torch
 
 import robolearn
 from robolearn.algos.ppo import PPO, PPOConfig
+from robolearn.tasks.aerial.quadrotor import HISTORY_LENGTH
 from robolearn.types import Transition
 
 EVAL_SEED_OFFSET = 10_000
@@ -74,6 +75,8 @@ class Recipe:
     entropy_coef: float = 0.0
     init_std: float = 0.5
     desired_kl: float = 0.01
+    history_encoder: str = "conv"
+    history_channels: tuple[int, ...] = (16, 16)
 
     def agent(self, env: Any, seed: int) -> PPO:
         """A PPO agent for ``env`` with an asymmetric critic, network init seeded by ``seed``."""
@@ -90,6 +93,9 @@ class Recipe:
             critic_hidden=self.critic_hidden,
             init_noise_std=self.init_std,
             critic_obs_group="critic",
+            history_encoder=self.history_encoder,
+            history_frames=HISTORY_LENGTH if self.history_encoder != "none" else 0,
+            history_channels=self.history_channels,
             seed=seed,
         )
         torch.manual_seed(seed)

@@ -24,9 +24,10 @@ DT = 0.01
 
 
 def _nominal(task: str = "Quadrotor-Hover", n: int = 2, **overrides: object) -> robolearn.envs.BatchedEnv:
-    """An env without randomisation (nominal constants), placed still at the hover target."""
+    """An env without randomisation (nominal constants) and with the motors stopped (no
+    ``motors_at_reset`` command), placed still at the hover target."""
     overrides.setdefault("episode_length", 5000)
-    env = robolearn.make(task, n, seed=0, nthread=1, events={}, **overrides)
+    env = robolearn.make(task, n, seed=0, nthread=1, events={}, commands={}, curriculum={}, **overrides)
     qpos = torch.tensor([[0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]], dtype=torch.float64).repeat(n, 1)
     env.set_state(qpos, torch.zeros(n, 6, dtype=torch.float64))
     return env
@@ -142,10 +143,11 @@ def test_roll_and_pitch_torques_from_the_rotor_layout() -> None:
 
 
 def test_privileged_group_holds_what_the_policy_group_does_not() -> None:
-    """Policy: position error, rotation, velocities, last action (22). Privileged: true state (13),
-    motor states (4), draws (mass, inertia, 4 thrust coefficients, tau: 7). The critic is both."""
+    """Policy: position error, rotation, velocities, last action (22); history: the last 16
+    actions (64). Privileged: true state (13), motor states (4), draws (mass, inertia, 4 thrust
+    coefficients, tau: 7). The critic is policy + privileged."""
     env = robolearn.make("Quadrotor-Hover", 3, seed=1, nthread=1)
-    assert env.obs_dims == {"policy": 22, "privileged": 24, "critic": 46}
+    assert env.obs_dims == {"policy": 22, "history": 64, "privileged": 24, "critic": 46}
     obs = env.obs
     torch.testing.assert_close(obs["critic"][:, :22], obs["policy"])
     torch.testing.assert_close(obs["critic"][:, 22:], obs["privileged"])
@@ -154,7 +156,12 @@ def test_privileged_group_holds_what_the_policy_group_does_not() -> None:
     priv = obs["privileged"].double()
     torch.testing.assert_close(priv[:, :7], env.sim.qpos, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(priv[:, 13:17], env.sim.data_field("act"), atol=1e-6, rtol=1e-6)
-    assert (priv[:, 13:17] > 0).all()  # the motors spun up from rest
+    assert (priv[:, 13:17] > 0).all()  # the motors run (they start near hover)
+    # The history's newest frame is the last action, the older ones the actions before it.
+    a2 = torch.full((3, 4), 0.25)
+    obs, *_ = env.step(a2)
+    torch.testing.assert_close(obs["history"][:, -4:], a2)
+    torch.testing.assert_close(obs["history"][:, -8:-4], torch.zeros(3, 4))
     # Nothing the robot cannot measure is in the policy group: no motor state, no draws.
     assert "motor_state" not in env.cfg.observations["policy"].terms
     assert "drawn" not in env.cfg.observations["policy"].terms
@@ -186,8 +193,21 @@ def test_randomisation_changes_the_named_fields_within_range() -> None:
     # The drawn time constant is the one the motors run with: a step after 1 tau (drawn) is at 63 %.
     env2 = robolearn.make("Quadrotor-Hover", 1, seed=4, nthread=1)
     tau0 = float(env2.sim.get_model_field("actuator_dynprm")[0, 0, 0])
+    a0 = float(env2.sim.data_field("act")[0, 0])
     env2.step(torch.ones(1, 4))
-    assert float(env2.sim.data_field("act")[0, 0]) == pytest.approx(1 - math.exp(-DT / tau0), rel=1e-9)
+    expected = a0 + (1 - a0) * (1 - math.exp(-DT / tau0))
+    assert float(env2.sim.data_field("act")[0, 0]) == pytest.approx(expected, rel=1e-9)
+
+
+def test_motors_start_near_hover() -> None:
+    """Every reset puts each motor at U(0.9, 1.1) x the hover command 0.444924, drawn per motor."""
+    env = robolearn.make("Quadrotor-Hover", 128, seed=2, nthread=1, events={})
+    act = env.sim.data_field("act") / cf.HOVER_COMMAND
+    assert (act >= 0.9 - 1e-12).all() and (act <= 1.1 + 1e-12).all()
+    assert act.std() > 0.04  # spread over the range (uniform: 0.0577)
+    torch.testing.assert_close(env.command_manager.values["motors_at_reset"], act * cf.HOVER_COMMAND)
+    with pytest.raises(ValueError, match="motors_at_reset"):
+        robolearn.make("Quadrotor-Hover", 1, commands__motors_at_reset__params__high=3.0)
 
 
 def test_initial_state_spread_and_validation() -> None:
@@ -252,3 +272,22 @@ def test_task_registers_and_steps_without_nan(task: str) -> None:
         ended += int((terminated | truncated).sum())
     assert ended > 0  # random thrusts do not hover: worlds leave the box or flip and reset
     assert info["reward_terms"].shape == (16, 6)
+
+
+def test_curriculum_starts_easy_and_evaluation_runs_the_declared_task() -> None:
+    """With the curriculum the spread and penalties start at their easy values; an env built with
+    ``curriculum={}`` (evaluation) runs the declared ones."""
+    env = robolearn.make("Quadrotor-Hover", 4, seed=0, nthread=1)
+    params = env.cfg.initial_state.params
+    assert (params["position"], params["angle_deg"], params["velocity"], params["angular_velocity"]) == pytest.approx(
+        (0.1, 5.0, 0.1, 0.2)
+    )
+    weights = dict(zip(env.reward_manager.names, env.reward_manager.weights.tolist(), strict=True))
+    assert weights["action"] == pytest.approx(-0.01) and weights["linear_velocity"] == pytest.approx(-0.01)
+    full = robolearn.make("Quadrotor-Hover", 4, seed=0, nthread=1, curriculum={})
+    params = full.cfg.initial_state.params
+    assert (params["position"], params["angle_deg"], params["velocity"], params["angular_velocity"]) == pytest.approx(
+        (0.5, 30.0, 0.5, 1.0)
+    )
+    weights = dict(zip(full.reward_manager.names, full.reward_manager.weights.tolist(), strict=True))
+    assert weights["action"] == pytest.approx(-0.05) and weights["linear_velocity"] == pytest.approx(-0.05)

@@ -51,6 +51,8 @@ from robolearn.assets import asset_path
 from robolearn.assets import crazyflie2 as cf
 from robolearn.envs import (
     ActionTerm,
+    CommandTerm,
+    CurriculumTerm,
     EventTerm,
     InitialState,
     ObsGroup,
@@ -61,6 +63,7 @@ from robolearn.envs import (
     TerminationTerm,
     mdp,
 )
+from robolearn.envs.curriculum import PerformanceGate
 from robolearn.envs.validate import check_float
 from robolearn.sim2real.randomization import randomize_field
 
@@ -73,6 +76,9 @@ POS = slice(0, 3)
 QUAT = slice(3, 7)
 LIN_VEL = slice(0, 3)
 ANG_VEL = slice(3, 6)
+
+HISTORY_LENGTH = 16
+"""Frames of the ``history`` group (the last actions, newest last)."""
 
 HOVER_CENTER = (0.0, 0.0, 1.0)
 """The hover target (m), the model's ``target`` site and the body's start position."""
@@ -256,7 +262,8 @@ def random_start(
     """Start at the reference's first point plus ``U(-position, position)`` per axis (m), rotated
     by ``U(0, angle_deg)`` degrees about a uniform random axis, with linear velocity
     ``U(-velocity, velocity)`` per axis (m/s, world) and angular velocity
-    ``U(-angular_velocity, angular_velocity)`` per axis (rad/s, body). The motors start stopped.
+    ``U(-angular_velocity, angular_velocity)`` per axis (rad/s, body). The motors are set by
+    :func:`spin_up_motors` (a command term, which runs after the physics reset).
     """
     where = "initial_state.params"
     check_float(f"{where}.position", position, nonnegative=True)
@@ -282,6 +289,29 @@ def random_start(
         dim=1,
     )
     return qpos, qvel
+
+
+def spin_up_motors(
+    env: BatchedEnv, env_ids: torch.Tensor, low: float = 0.9, high: float = 1.1
+) -> torch.Tensor:
+    """Start each motor of worlds ``env_ids`` at ``U(low, high)`` times the nominal hover command
+    (the vehicle is in flight when an episode starts, not sitting with its motors stopped); return
+    the drawn motor states ``[n, 4]``.
+
+    A command term only because commands are the one per-world hook the env runs *after* the
+    physics reset (which zeroes the actuator states); the initial-state function can set only
+    ``qpos``/``qvel``. It writes the motors' filter states in the backend's state rows.
+    """
+    check_float("commands.motors_at_reset.params.low", low, nonnegative=True)
+    check_float("commands.motors_at_reset.params.high", high, nonnegative=True)
+    if low > high or high * cf.HOVER_COMMAND > 1.0:
+        raise ValueError(
+            f"commands.motors_at_reset.params: expected 0 <= low <= high <= {1 / cf.HOVER_COMMAND:.3f} "
+            f"(a command in [0, 1]), got low={low!r}, high={high!r}"
+        )
+    act = cf.HOVER_COMMAND * env.draw_uniform(env_ids, 4, low, high)
+    env.sim.data_field("act")[env_ids] = act
+    return act
 
 
 # -- configs ---------------------------------------------------------------------------------------------
@@ -319,6 +349,35 @@ def _randomization() -> dict[str, EventTerm]:
     }
 
 
+def _curriculum() -> dict[str, CurriculumTerm]:
+    """L2F's curriculum, as performance gates rather than a fixed schedule (so it does not depend on
+    the number of worlds or the step rate): the start spread widens one step whenever the last 256
+    ended episodes lived on average at least 90 % of the full episode, and the penalties on action
+    and velocity (which at full weight make an untrained policy prefer to crash) grow one step
+    whenever at least half of them ended hovering (the task's success). Each ends at the task's
+    declared value, which is what an evaluation env built with ``curriculum={}`` runs.
+    """
+
+    def gate(target: str, start: float, end: float, step: float, measure: str, threshold: float) -> CurriculumTerm:
+        return CurriculumTerm(
+            PerformanceGate,
+            params={
+                "target": target, "start": start, "end": end, "step": step, "measure": measure,
+                "threshold": threshold, "min_episodes": 256,
+            },
+        )
+
+    return {
+        "start_position": gate("initial_state.params.position", 0.1, 0.5, 0.05, "length", 0.9),
+        "start_angle": gate("initial_state.params.angle_deg", 5.0, 30.0, 3.125, "length", 0.9),
+        "start_velocity": gate("initial_state.params.velocity", 0.1, 0.5, 0.05, "length", 0.9),
+        "start_angular_velocity": gate("initial_state.params.angular_velocity", 0.2, 1.0, 0.1, "length", 0.9),
+        "action_penalty": gate("rewards.action.weight", -0.01, -0.05, 0.005, "success", 0.5),
+        "velocity_penalty": gate("rewards.linear_velocity.weight", -0.01, -0.05, 0.005, "success", 0.5),
+        "angular_velocity_penalty": gate("rewards.angular_velocity.weight", -0.002, -0.01, 0.001, "success", 0.5),
+    }
+
+
 def _quadrotor_cfg(ref: Figure8, episode_length: int, description: str) -> TaskCfg:
     """Build a quadrotor task config following the reference ``ref`` (module doc)."""
     policy_terms = {
@@ -336,6 +395,10 @@ def _quadrotor_cfg(ref: Figure8, episode_length: int, description: str) -> TaskC
         episode_length=episode_length,
         observations={
             "policy": ObsGroup(terms=policy_terms),
+            # The motors lag their commands by 0.15 s (15 control steps) and their state is not
+            # measured on the vehicle: the policy infers it from its own recent commands, as L2F's
+            # does from its action history. 16 frames cover one time constant.
+            "history": ObsGroup(terms={"actions": ObsTerm(mdp.last_action)}, history_length=HISTORY_LENGTH),
             "privileged": ObsGroup(
                 terms={
                     "state": ObsTerm(mdp.true_state),
@@ -349,7 +412,7 @@ def _quadrotor_cfg(ref: Figure8, episode_length: int, description: str) -> TaskC
         actions={"motors": ActionTerm(kind="torque", actuators=list(cf.MOTORS), scale=0.5, offset=0.5, clip=(-1.0, 1.0))},
         rewards={
             "alive": RewardTerm(mdp.alive, weight=1.0),
-            "position": RewardTerm(position_cost, weight=-1.0, params={"ref": ref}),
+            "position": RewardTerm(position_cost, weight=-0.5, params={"ref": ref}),
             "orientation": RewardTerm(orientation_cost, weight=-0.2),
             "linear_velocity": RewardTerm(linear_velocity_cost, weight=-0.05, params={"ref": ref}),
             "angular_velocity": RewardTerm(angular_velocity_cost, weight=-0.01),
@@ -360,7 +423,13 @@ def _quadrotor_cfg(ref: Figure8, episode_length: int, description: str) -> TaskC
             "flipped": TerminationTerm(flipped, params={"max_tilt_deg": 90.0}),
         },
         events=_randomization(),
-        initial_state=InitialState(random_start, params={"ref": ref}),
+        initial_state=InitialState(
+            random_start,
+            params={"position": 0.5, "angle_deg": 30.0, "velocity": 0.5, "angular_velocity": 1.0, "ref": ref},
+        ),
+        # Each motor starts at hover thrust +-10 % (per motor), so an episode begins in flight.
+        commands={"motors_at_reset": CommandTerm(spin_up_motors, dim=4, params={"low": 0.9, "high": 1.1})},
+        curriculum=_curriculum(),
         success=SuccessTerm(hovering, params={"ref": ref}),
         data_fields=("act",),
         description=description,
