@@ -128,7 +128,9 @@ def distill(cfg: TrainConfig) -> dict[str, Any]:
         env = build_env(cfg, cfg.num_envs, cfg.seed)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    eval_env = build_env(cfg, cfg.eval_num_envs, cfg.seed + EVAL_SEED_OFFSET) if cfg.eval_num_envs else None
+    # Evaluation without the task's curriculum (its declared values are the task), as `train` does.
+    eval_env = (build_env(cfg, cfg.eval_num_envs, cfg.seed + EVAL_SEED_OFFSET, evaluation=True)
+                if cfg.eval_num_envs else None)
     try:
         agent = build_agent(cfg, env)
         runner = DistillRunner(env, agent, cfg.runner, cfg.run_dir, teacher=teacher, eval_env=eval_env,
