@@ -78,14 +78,22 @@ class Memory(nn.Module):
         Stepping once per time step (not one cuDNN call over the chunk) is what makes the chunk
         re-run equal the rollout's step-by-step states exactly, resets included.
         """
-        state = tuple(state)
+        # Layer-first once for the whole chunk (not a transpose and a copy per step).
+        hidden = [s.transpose(0, 1).contiguous() for s in state]
+        keep = None if resets is None else (~resets).to(x.dtype).unsqueeze(-1)  # [L, B, 1]
         outs = []
         for t in range(x.shape[0]):
-            if resets is not None:
-                state = reset_state(state, resets[t])
-            y, state = self.step(x[t], state)
+            if keep is not None:
+                # Multiplying by 0/1 is exact: a kept row's state is bit-for-bit unchanged.
+                hidden = [h * keep[t] for h in hidden]
+            if self.kind == "gru":
+                y, h = self.rnn(x[t : t + 1], hidden[0])
+                hidden = [h]
+            else:
+                y, (h, c) = self.rnn(x[t : t + 1], (hidden[0], hidden[1]))
+                hidden = [h, c]
             outs.append(y)
-        return torch.stack(outs), state
+        return torch.cat(outs), tuple(h.transpose(0, 1) for h in hidden)
 
 
 def reset_state(state: Sequence[torch.Tensor], done: torch.Tensor) -> State:
