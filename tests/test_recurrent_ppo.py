@@ -358,6 +358,8 @@ def test_bad_options_name_the_field():
         PPOConfig(memory="rnn")
     with pytest.raises(ValueError, match="bptt_length"):
         PPOConfig(memory="gru", bptt_length=0)
+    assert PPOConfig(num_steps=24, bptt_length=100).chunk_length == 24
+    assert PPOConfig(num_steps=24).chunk_length == 24 and PPOConfig(num_steps=24, bptt_length=5).chunk_length == 5
     with pytest.raises(ValueError, match="history_frames"):
         PPOConfig(history_encoder="conv")
     with pytest.raises(ValueError, match="history_frames: 4 does not divide"):

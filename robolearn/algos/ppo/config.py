@@ -129,5 +129,8 @@ class PPOConfig:
 
     @property
     def chunk_length(self) -> int:
-        """Steps per truncated-BPTT chunk: ``bptt_length``, or the whole rollout."""
-        return int(self.bptt_length) if self.bptt_length is not None else int(self.num_steps)
+        """Steps per truncated-BPTT chunk: ``bptt_length``, at most the whole rollout (a longer
+        chunk would only add padding).
+        """
+        steps = int(self.num_steps)
+        return min(int(self.bptt_length), steps) if self.bptt_length is not None else steps
