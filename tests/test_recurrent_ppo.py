@@ -275,7 +275,7 @@ def test_masked_losses_ignore_padding_and_equal_plain_means_without_mask():
 def test_policy_module_contract_and_trace(kind):
     ppo = _agent(kind)
     module = ppo.policy_module()
-    assert isinstance(module, RecurrentPolicy) and not module.training
+    assert isinstance(module, RecurrentPolicy) and not module.training and module.obs_groups == ("policy",)
     assert module.state_names == (("h",) if kind == "gru" else ("h", "c"))
     assert module.state_shapes == tuple((1, 32) for _ in module.state_names)
     states = module.initial_state(3)
@@ -393,6 +393,7 @@ def test_history_policy_module_reads_policy_then_history(memory):
     obs = {"policy": torch.randn(5, 3), "history": torch.randn(5, 8), "critic": torch.randn(5, 5)}
     ppo.act(obs)  # updates the normaliser
     module = ppo.policy_module()
+    assert module.obs_groups == ("policy", "history") == ppo.actor_obs_groups
     flat = torch.cat([obs["policy"], obs["history"]], -1)
     if memory == "none":
         assert not hasattr(module, "state_names")

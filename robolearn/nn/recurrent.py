@@ -166,7 +166,8 @@ class RecurrentPolicy(nn.Module):
     * ``forward(obs[B, D], *states[B, *shape]) -> (action[B, A], *new_states[B, *shape])`` -- batch
       first, so every input and output of an exported graph has the batch as its first axis.
       ``obs`` is the raw actor input (normalisation is folded in): the ``policy`` group, followed
-      by the ``history`` group when the policy has a history encoder.
+      by the ``history`` group when the policy has a history encoder (PPO sets the module's
+      ``obs_groups`` attribute to those group names, in order).
 
     ``forward`` has no data-dependent Python control flow, so ``torch.jit.trace`` and ONNX export
     record it as one graph.

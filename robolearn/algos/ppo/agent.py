@@ -142,6 +142,13 @@ class PPO:
         """Whether actor and critic carry a memory (``memory`` is not ``none``)."""
         return self.actor_memory is not None
 
+    @property
+    def actor_obs_groups(self) -> tuple[str, ...]:
+        """The observation groups the actor reads, in the order its input row concatenates them
+        (the actor group, then the history group with a history encoder).
+        """
+        return (self.actor_group,) if self.history_group is None else (self.actor_group, self.history_group)
+
     def _actor_input(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The actor's raw input row: its group, followed by the history group when it reads one."""
         if self.history_group is None:
@@ -397,14 +404,20 @@ class PPO:
         Feed-forward: the plain ``obs -> action`` module (normaliser, [history encoder,] mean).
         Recurrent: a :class:`robolearn.nn.recurrent.RecurrentPolicy`, ``(obs, *states) -> (action,
         *new_states)`` with ``state_names``, ``state_shapes`` and ``initial_state(batch)``. With a
-        history encoder, ``obs`` is the actor group followed by the history group.
+        history encoder, ``obs`` is the actor group followed by the history group; the module's
+        ``obs_groups`` attribute names the groups of its input row in that order.
         """
         encoder: nn.Module = self.actor_encoder if self.actor_encoder is not None else nn.Identity()
-        if self.actor_memory is None:
-            if self.actor_encoder is None:
-                return deployable(nn.Sequential(self.actor_normalizer, self.actor))
-            return deployable(nn.Sequential(self.actor_normalizer, encoder, self.actor))
-        return deployable(RecurrentPolicy(self.actor_normalizer, encoder, self.actor_memory, self.actor))
+        module: nn.Module
+        if self.actor_memory is not None:
+            module = RecurrentPolicy(self.actor_normalizer, encoder, self.actor_memory, self.actor)
+        elif self.actor_encoder is not None:
+            module = nn.Sequential(self.actor_normalizer, encoder, self.actor)
+        else:
+            module = nn.Sequential(self.actor_normalizer, self.actor)
+        module = deployable(module)
+        module.obs_groups = self.actor_obs_groups
+        return module
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
