@@ -38,15 +38,17 @@ RECIPES: dict[str, dict[str, list[str]]] = {
         "student": ["experiment=cartpole_dr_distill"],
     },
     "Quadrotor-Hover": {
-        # PPO with an actor on policy + privileged (true state, motor states, drawn mass/inertia/thrust/tau).
+        # The quadrotor benchmark's PPO recipe (benchmarks/quadrotor_hover.py), with the actor on
+        # policy + privileged (true state, motor states, drawn mass/inertia/thrust/time constant)
+        # instead of a history encoder.
         "teacher": ["task=Quadrotor-Hover", "algo.actor_obs_group=critic", "algo.critic_obs_group=critic",
-                    "num_envs=256", "algo.num_steps=32", "algo.actor_hidden=[64,64]", "algo.critic_hidden=[64,64]",
-                    "algo.init_noise_std=0.3", "algo.entropy_coef=0.0", "runner.eval_interval=25",
-                    "runner.checkpoint_interval=50"],
-        "student": ["task=Quadrotor-Hover", "num_envs=256", "algo.num_steps=32", "algo.actor_hidden=[64,64]",
-                    "algo.beta_iterations=40", "algo.buffer_size=100000", "algo.bc_coef_end=0.1",
-                    "algo.bc_iterations=100", "algo.init_noise_std=0.2", "runner.eval_interval=25",
-                    "runner.checkpoint_interval=50"],
+                    "num_envs=1024", "algo.num_steps=16", "algo.num_epochs=4", "algo.actor_hidden=[64,64]",
+                    "algo.critic_hidden=[128,128]", "algo.init_noise_std=0.5", "algo.entropy_coef=0.0",
+                    "eval_num_envs=64", "runner.eval_interval=25", "runner.checkpoint_interval=50"],
+        "student": ["task=Quadrotor-Hover", "num_envs=1024", "algo.num_steps=16", "algo.num_epochs=4",
+                    "algo.actor_hidden=[64,64]", "algo.beta_iterations=30", "algo.buffer_size=200000",
+                    "algo.bc_coef_end=0.1", "algo.bc_iterations=60", "algo.init_noise_std=0.3", "eval_num_envs=64",
+                    "runner.eval_interval=25", "runner.checkpoint_interval=50"],
     },
 }
 

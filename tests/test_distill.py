@@ -153,6 +153,26 @@ def test_the_agent_follows_its_beta_schedule_and_mixes_per_world():
     assert float(stats["beta"]) == 0.0 and agent.beta == 0.0
 
 
+def test_a_recurrent_teachers_state_restarts_at_episode_ends():
+    agent = Distill({"policy": 3}, 1, DistillConfig(actor_hidden=H, num_steps=1))
+    seen: list[torch.Tensor] = []
+    agent.attach_teacher(lambda obs: torch.zeros(4, 1), reset=seen.append)
+    obs = {"policy": torch.randn(4, 3)}
+    action = agent.act(obs)
+    terminated = torch.tensor([True, False, False, False])
+    truncated = torch.tensor([False, False, True, False])
+    agent.process(Transition(obs, action, torch.zeros(4), obs, terminated, truncated))
+    assert len(seen) == 1 and seen[0].tolist() == [True, False, True, False]
+
+
+def test_aacd_refuses_a_recurrent_teacher_critic():
+    env = _env(4)
+    teacher = _teacher_ppo(env)
+    teacher.critic_memory = torch.nn.GRU(3, 3)  # what a recurrent PPO carries
+    with pytest.raises(TeacherError, match="recurrent"):
+        teacher_critic(teacher)
+
+
 def test_gae_hand_computed():
     # One world, three steps; step 1 ends the episode (terminated: no bootstrap, no carry).
     rewards = torch.tensor([[1.0], [1.0], [1.0]])

@@ -72,6 +72,9 @@ def teacher_critic(agent: Any) -> tuple[nn.Module | None, str | None, str | None
     critic, group = getattr(agent, "critic", None), getattr(agent, "critic_group", None)
     if not isinstance(critic, nn.Module) or group is None:
         return None, None, None
+    if getattr(agent, "critic_memory", None) is not None:
+        raise TeacherError("mode=aacd: the teacher's critic is recurrent, and the student's updates query it on "
+                           "single states; distil a recurrent teacher with mode=dagger")
     if callable(getattr(agent, "evaluate", None)):
         normalizer = getattr(agent, "critic_normalizer", nn.Identity())
         return nn.Sequential(copy.deepcopy(normalizer), copy.deepcopy(critic)), "value", group
@@ -130,14 +133,14 @@ class DistillRunner(OnPolicyRunner):
         """
         assert_reads(f"distillation student (algo.student_obs_group={agent.group!r})", [agent.group])
         self.teacher = teacher
-        self.teacher_run = str(teacher.cfg.run_dir) if config is None else str(config["algo"].get("teacher"))
+        self.teacher_run = str((config or {}).get("algo", {}).get("teacher") or teacher.cfg.run_dir)
         check_teacher(teacher.agent, teacher.spec, dict(env.obs_dims), int(env.action_dim),
                       getattr(env, "task_id", None), self.teacher_run)
         critic, kind, group = teacher_critic(teacher.agent) if agent.cfg.mode == "aacd" else (None, None, None)
         if agent.cfg.mode == "aacd" and critic is None:
             raise TeacherError(f"algo.teacher={self.teacher_run}: mode=aacd needs a teacher with a critic (a PPO or "
                                f"SAC run); this one has none: use mode=dagger")
-        agent.attach_teacher(teacher.act, critic, kind, group)
+        agent.attach_teacher(teacher.act, critic, kind, group, reset=getattr(teacher.agent, "reset", None))
         super().__init__(env, agent, cfg, run_dir, eval_env=eval_env, config=config)
 
     def state_dict(self, session_start: float | None = None) -> dict[str, Any]:

@@ -85,6 +85,7 @@ class Distill:
         self.iteration = 0
         """Updates taken: the position on the beta and behaviour-cloning schedules."""
         self.teacher_act: TeacherAct | None = None
+        self.teacher_reset: Callable[[torch.Tensor], None] | None = None
         self.critic: nn.Module | None = None
         """AACD: the copy of the teacher's critic (frozen unless ``finetune_critic``)."""
         self.critic_kind: str | None = None
@@ -107,8 +108,12 @@ class Distill:
         critic: nn.Module | None = None,
         critic_kind: str | None = None,
         critic_group: str | None = None,
+        reset: Callable[[torch.Tensor], None] | None = None,
     ) -> None:
         """Give the student its teacher: the deterministic action, and for AACD a copy of its critic.
+
+        ``reset(done[N])`` (a recurrent teacher's) is called after every step with the worlds whose
+        episode ended, so the teacher's hidden state restarts with their next episode.
 
         ``critic`` is owned by the student from here on (checkpointed with it); frozen unless
         ``cfg.finetune_critic``, which only a state-value critic allows.
@@ -116,7 +121,7 @@ class Distill:
         Raises:
             ValueError: AACD without a critic, an unknown critic kind, or fine-tuning a Q critic.
         """
-        self.teacher_act = act
+        self.teacher_act, self.teacher_reset = act, reset
         if self.cfg.mode != "aacd":
             return
         if critic is None or critic_kind not in CRITIC_KINDS or critic_group is None:
@@ -220,6 +225,8 @@ class Distill:
         if self._pending is None:
             raise RuntimeError("process() needs a preceding act() with a teacher attached")
         pending, self._pending = self._pending, None
+        if self.teacher_reset is not None:
+            self.teacher_reset(transition.terminated | transition.truncated)
         if self.cfg.mode == "dagger":
             return
         pending["rewards"] = transition.reward.to(self.device).float()
