@@ -63,9 +63,9 @@ def _log(msg: str) -> None:
 class Recipe:
     """PPO settings (``configs/experiment/quadrotor_hover.yaml`` holds the same)."""
 
-    num_envs: int = 1024
-    num_steps: int = 16
-    epochs: int = 4
+    num_envs: int = 256
+    num_steps: int = 32
+    epochs: int = 5
     minibatches: int = 4
     actor_hidden: tuple[int, ...] = (64, 64)
     critic_hidden: tuple[int, ...] = (128, 128)
@@ -73,7 +73,7 @@ class Recipe:
     gamma: float = 0.99
     lam: float = 0.95
     entropy_coef: float = 0.0
-    init_std: float = 0.5
+    init_std: float = 0.2
     desired_kl: float = 0.01
     history_encoder: str = "conv"
     history_channels: tuple[int, ...] = (16, 16)

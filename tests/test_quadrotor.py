@@ -283,11 +283,11 @@ def test_curriculum_starts_easy_and_evaluation_runs_the_declared_task() -> None:
         (0.1, 5.0, 0.1, 0.2)
     )
     weights = dict(zip(env.reward_manager.names, env.reward_manager.weights.tolist(), strict=True))
-    assert weights["action"] == pytest.approx(-0.01) and weights["linear_velocity"] == pytest.approx(-0.01)
+    assert weights["action"] == pytest.approx(-0.005) and weights["linear_velocity"] == pytest.approx(-0.01)
     full = robolearn.make("Quadrotor-Hover", 4, seed=0, nthread=1, curriculum={})
     params = full.cfg.initial_state.params
     assert (params["position"], params["angle_deg"], params["velocity"], params["angular_velocity"]) == pytest.approx(
         (0.5, 30.0, 0.5, 1.0)
     )
     weights = dict(zip(full.reward_manager.names, full.reward_manager.weights.tolist(), strict=True))
-    assert weights["action"] == pytest.approx(-0.05) and weights["linear_velocity"] == pytest.approx(-0.05)
+    assert weights["action"] == pytest.approx(-0.02) and weights["linear_velocity"] == pytest.approx(-0.05)

@@ -133,10 +133,19 @@ TRACK = Figure8(amplitude=0.5, period=6.0)
 
 def reference(env: BatchedEnv, ref: Figure8) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference position and velocity ``[N, 3]`` at each world's current episode time."""
-    if ref.amplitude == 0.0:  # hover: no time dependence, skip the trigonometry
-        pos = torch.tensor(ref.center, dtype=torch.float64, device=env.device).expand(env.num_envs, 3)
-        return pos, torch.zeros(env.num_envs, 3, dtype=torch.float64, device=env.device)
+    if ref.amplitude == 0.0:  # hover: no time dependence; built once per (reference, device, N)
+        key = (ref, env.device, env.num_envs)
+        fixed = _FIXED.get(key)
+        if fixed is None:
+            pos = torch.tensor(ref.center, dtype=torch.float64, device=env.device).expand(env.num_envs, 3)
+            fixed = _FIXED[key] = (pos, torch.zeros(env.num_envs, 3, dtype=torch.float64, device=env.device))
+        return fixed
     return ref.at(env.episode_length.to(torch.float64) * env.dt)
+
+
+# Fixed references by (reference, device, number of worlds): read-only tensors that several terms
+# read at every step, so they are not rebuilt each time.
+_FIXED: dict[tuple[Figure8, torch.device, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 # -- geometry ----------------------------------------------------------------------------------------
@@ -372,7 +381,7 @@ def _curriculum() -> dict[str, CurriculumTerm]:
         "start_angle": gate("initial_state.params.angle_deg", 5.0, 30.0, 3.125, "length", 0.9),
         "start_velocity": gate("initial_state.params.velocity", 0.1, 0.5, 0.05, "length", 0.9),
         "start_angular_velocity": gate("initial_state.params.angular_velocity", 0.2, 1.0, 0.1, "length", 0.9),
-        "action_penalty": gate("rewards.action.weight", -0.01, -0.05, 0.005, "success", 0.5),
+        "action_penalty": gate("rewards.action.weight", -0.005, -0.02, 0.0025, "success", 0.5),
         "velocity_penalty": gate("rewards.linear_velocity.weight", -0.01, -0.05, 0.005, "success", 0.5),
         "angular_velocity_penalty": gate("rewards.angular_velocity.weight", -0.002, -0.01, 0.001, "success", 0.5),
     }
@@ -412,11 +421,11 @@ def _quadrotor_cfg(ref: Figure8, episode_length: int, description: str) -> TaskC
         actions={"motors": ActionTerm(kind="torque", actuators=list(cf.MOTORS), scale=0.5, offset=0.5, clip=(-1.0, 1.0))},
         rewards={
             "alive": RewardTerm(mdp.alive, weight=1.0),
-            "position": RewardTerm(position_cost, weight=-0.5, params={"ref": ref}),
+            "position": RewardTerm(position_cost, weight=-1.0, params={"ref": ref}),
             "orientation": RewardTerm(orientation_cost, weight=-0.2),
             "linear_velocity": RewardTerm(linear_velocity_cost, weight=-0.05, params={"ref": ref}),
             "angular_velocity": RewardTerm(angular_velocity_cost, weight=-0.01),
-            "action": RewardTerm(action_cost, weight=-0.05),
+            "action": RewardTerm(action_cost, weight=-0.02),
         },
         terminations={
             "out_of_box": TerminationTerm(out_of_box, params={"half_size": 1.0, "ref": ref}),
