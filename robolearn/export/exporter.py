@@ -15,9 +15,17 @@ starting over at every episode start. The manifest says so (version 3, ``recurre
 :class:`robolearn.spec.manifest.StateSpec` per state), and the parity check steps a sequence of
 observations through the eager module and the exported graph, each carrying its own state.
 
-Manifest versions: a feed-forward policy's manifest is written as version 2 (the layout it needs,
-so a runtime that predates recurrent policies still loads it); a recurrent one's as version 3,
-which such a runtime refuses rather than run the network without its state.
+A policy whose input spans **several observation groups** (a module with ``obs_groups``, e.g.
+PPO's history encoder: ``("policy", "history")``) reads one row, the groups' observations
+concatenated in that order (one normaliser over the row). The exporter sizes ``obs`` as the sum
+of their widths and refuses a privileged group among them; the manifest's ``obs`` input lists the
+groups with their columns (``inputs[0].groups``: group, start, dim, ...) and the deploy runtime
+builds each group from the robot's readings and concatenates them in that order.
+
+Manifest versions: a policy with neither hidden state nor several input groups is written as
+version 2 (the layout it needs, so a runtime that predates recurrent policies still loads it);
+a recurrent or multi-group one as version 3, which such a runtime refuses rather than run the
+network without its state or with only part of its input.
 """
 
 from __future__ import annotations
@@ -50,10 +58,13 @@ log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 3
 """The newest manifest layout; 2 adds ``policy_spec`` (the typed spec, validated on load), 3 adds
-``recurrent`` (the hidden states a recurrent network reads and returns). Feed-forward policies are
+``recurrent`` (the hidden states a recurrent network reads and returns) and ``inputs[0].groups``
+(the observation groups a multi-group input concatenates). Single-group feed-forward policies are
 still written as version 2 (:data:`FEEDFORWARD_MANIFEST_VERSION`)."""
 FEEDFORWARD_MANIFEST_VERSION = 2
-"""The layout a policy without hidden state is written in (the oldest one with a typed spec)."""
+"""The layout a single-group policy without hidden state is written in (the oldest one with a typed spec)."""
+INPUT_GROUP_FIELDS = ("group", "start", "dim", "shape", "history_length", "terms")
+"""Fields of one entry of a multi-group input's ``inputs[0].groups`` (manifest version 3)."""
 READABLE_MANIFESTS = (1, 2, 3)
 """Manifest versions :func:`load_manifest` reads (1: hashes verified, no typed spec)."""
 TYPED_MANIFESTS = (2, 3)
@@ -264,7 +275,7 @@ def export_policy(
     out_dir: str | os.PathLike[str],
     formats: Sequence[str] = FORMATS,
     *,
-    obs_group: str = "policy",
+    obs_group: str | None = None,
     parity_samples: int = 256,
     parity_steps: int = PARITY_STEPS,
     atol: float = 1e-4,
@@ -279,7 +290,9 @@ def export_policy(
             (``policy_spec.json``, any readable version; validated, the bad field named).
         out_dir: folder for ``policy.onnx`` / ``policy.pt`` / ``manifest.json``.
         formats: any of ``onnx``, ``torchscript``.
-        obs_group: the observation group the policy reads.
+        obs_group: the observation group the policy reads (default: ``policy``). A module with
+            ``obs_groups`` reads those groups, concatenated in that order; ``obs_group``, if
+            given, must be the first of them.
         parity_samples: random observations the parity check compares (a recurrent policy: the
             number of sequences, each ``parity_steps`` long).
         parity_steps: steps of each recurrent parity sequence, the state carried through them.
@@ -293,20 +306,23 @@ def export_policy(
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise ValueError(f"format: expected one or more of {', '.join(FORMATS)}, got {list(formats)}")
+    groups = input_groups(policy, obs_group)
     # What goes to the robot reads what the robot has: never the critic's or privileged state.
-    assert_reads("exported policy", [obs_group])
+    assert_reads("exported policy", groups)
     if not isinstance(spec, PolicySpec):
         spec = PolicySpec.from_dict(spec, "policy spec")
-    if obs_group not in spec.observations:
-        raise ValueError(f"obs_group: the spec has no group {obs_group!r}; groups: {', '.join(spec.observations)}")
-    obs_dim = math.prod(spec.observations[obs_group].shape)
+    field_name = "obs_group" if len(groups) == 1 else "obs_groups"
+    for group in groups:
+        if group not in spec.observations:
+            raise ValueError(f"{field_name}: the spec has no group {group!r}; groups: {', '.join(spec.observations)}")
+    obs_dim = sum(math.prod(spec.observations[g].shape) for g in groups)
     out = Path(out_dir)
     policy = policy.eval()
     states = recurrent_states(policy)
     if states:
         if parity_steps < 2:
             raise ValueError(f"parity_steps: expected >= 2 (the state must be carried), got {parity_steps}")
-        return _export_recurrent(policy, spec, states, out, formats, obs_group, obs_dim,
+        return _export_recurrent(policy, spec, states, out, formats, groups, obs_dim,
                                  parity_samples, parity_steps, atol, seed)
     gen = torch.Generator().manual_seed(seed)
     obs = torch.randn(parity_samples, obs_dim, generator=gen) * 2.0
@@ -316,11 +332,15 @@ def export_policy(
         raise ExportError(
             f"policy maps obs [B, {obs_dim}] to {tuple(eager.shape[1:])}, expected [B, {spec.action_dim}] actions"
         )
+    # A multi-group network (a history encoder reshapes its frames) is traced at batch 2: torch.export
+    # turns a size-1 axis into a constant there. A single-group one keeps batch 1, so its files
+    # (and the version-2 manifest hashing them) stay byte for byte what they were.
+    example = obs[:2] if len(groups) > 1 else obs[:1]
     files: dict[str, Artifact] = {}
     for fmt in formats:
         path = out / FILENAMES[fmt]
         try:
-            (_export_onnx if fmt == "onnx" else _export_torchscript)(policy, obs[:1], path)
+            (_export_onnx if fmt == "onnx" else _export_torchscript)(policy, example, path)
         except Exception as exc:
             raise ExportError(f"{fmt} export failed: {exc}") from exc
         exported = _run_exported(fmt, path, obs)
@@ -329,9 +349,31 @@ def export_policy(
             raise ExportError(f"{fmt} parity: max |exported - eager| = {err:.3g} exceeds atol {atol:g}")
         files[fmt] = Artifact(path.name, sha256_file(path), err)
         log.info("exported %s to %s (parity max abs err %.3g)", fmt, path, err)
-    manifest = ExportManifest(spec, obs_group, files, parity_samples).to_dict()
+    manifest = ExportManifest(spec, groups[0], files, parity_samples, obs_groups=groups).to_dict()
     _atomic_write_bytes(out / "manifest.json", json.dumps(manifest, indent=2).encode())
     return manifest
+
+
+def input_groups(policy: nn.Module, obs_group: str | None = None) -> tuple[str, ...]:
+    """The observation groups ``policy``'s input row concatenates, in order: the module's
+    ``obs_groups`` when it has them (PPO's deployable module does), else ``(obs_group,)``
+    (default ``policy``).
+
+    Raises:
+        ValueError: ``obs_groups`` is empty, repeats a group or does not start with ``obs_group``.
+    """
+    declared = getattr(policy, "obs_groups", None)
+    if declared is None:
+        return (obs_group or "policy",)
+    groups = tuple(str(g) for g in declared)
+    if not groups or len(set(groups)) != len(groups):
+        raise ValueError(f"policy.obs_groups: expected distinct group names, got {list(groups)}")
+    if obs_group is not None and obs_group != groups[0]:
+        raise ValueError(
+            f"obs_group: {obs_group!r} was given, but the module's input row reads {list(groups)} "
+            f"(policy.obs_groups), which starts with {groups[0]!r}"
+        )
+    return groups
 
 
 def _export_recurrent(
@@ -340,7 +382,7 @@ def _export_recurrent(
     states: tuple[StateSpec, ...],
     out: Path,
     formats: Sequence[str],
-    obs_group: str,
+    groups: tuple[str, ...],
     obs_dim: int,
     samples: int,
     steps: int,
@@ -375,7 +417,8 @@ def _export_recurrent(
             )
         files[fmt] = Artifact(path.name, sha256_file(path), err)
         log.info("exported recurrent %s to %s (%d-step parity max abs err %.3g)", fmt, path, steps, err)
-    manifest = ExportManifest(spec, obs_group, files, samples, states=states, parity_steps=steps).to_dict()
+    manifest = ExportManifest(spec, groups[0], files, samples, states=states, parity_steps=steps,
+                              obs_groups=groups).to_dict()
     _atomic_write_bytes(out / "manifest.json", json.dumps(manifest, indent=2).encode())
     return manifest
 
@@ -394,7 +437,7 @@ class Artifact:
 
 @dataclass(frozen=True)
 class ExportManifest:
-    """The manifest of an exported policy: the typed policy spec, the group the network reads, the
+    """The manifest of an exported policy: the typed policy spec, the group(s) the network reads, the
     files and their parity, and a recurrent network's hidden states. ``to_dict`` writes
     ``manifest.json`` with a content hash over everything but the date; ``inputs``/``outputs``
     repeat the network's side of the spec for readers that know only those.
@@ -403,7 +446,8 @@ class ExportManifest:
     spec: PolicySpec
     """The run's policy spec: observation groups, actions, rates and joints."""
     obs_group: str
-    """The observation group the network's input is (a deployable one)."""
+    """The observation group the network's input is (a deployable one); with several input groups,
+    the first of :attr:`obs_groups`."""
     files: dict[str, Artifact]
     """Exported files by format (``onnx``, ``torchscript``)."""
     parity_samples: int = 0
@@ -417,6 +461,17 @@ class ExportManifest:
     Written under ``recurrent.states`` (manifest version 3)."""
     parity_steps: int = 0
     """Steps of each recurrent parity sequence (0: feed-forward)."""
+    obs_groups: tuple[str, ...] = ()
+    """The observation groups the network's input row concatenates, in order (empty: ``obs_group``
+    alone; normalised to ``(obs_group,)``). Several are written under ``inputs[0].groups``
+    (manifest version 3)."""
+
+    def __post_init__(self) -> None:
+        """Normalise :attr:`obs_groups` (it starts with :attr:`obs_group`)."""
+        groups = tuple(self.obs_groups) or (self.obs_group,)
+        if groups[0] != self.obs_group:
+            raise ValueError(f"obs_groups: expected the input groups to start with obs_group {self.obs_group!r}, got {list(groups)}")
+        object.__setattr__(self, "obs_groups", groups)
 
     @property
     def recurrent(self) -> bool:
@@ -424,25 +479,48 @@ class ExportManifest:
         return bool(self.states)
 
     @property
+    def multi_group(self) -> bool:
+        """Whether the network's input concatenates several observation groups."""
+        return len(self.obs_groups) > 1
+
+    @property
+    def obs_dim(self) -> int:
+        """Width of the network's ``obs`` input: the input groups' widths summed."""
+        return sum(math.prod(self.spec.observations[g].shape) for g in self.obs_groups)
+
+    @property
     def version(self) -> int:
-        """The layout this manifest is written in: 3 with hidden states, 2 without."""
-        return MANIFEST_VERSION if self.states else FEEDFORWARD_MANIFEST_VERSION
+        """The layout this manifest is written in: 3 with hidden states or several input groups, else 2."""
+        return MANIFEST_VERSION if self.states or self.multi_group else FEEDFORWARD_MANIFEST_VERSION
+
+    def group_columns(self) -> dict[str, tuple[int, int]]:
+        """Each input group's columns ``(start, stop)`` in the network's ``obs`` row, in order."""
+        out: dict[str, tuple[int, int]] = {}
+        start = 0
+        for g in self.obs_groups:
+            width = math.prod(self.spec.observations[g].shape)
+            out[g] = (start, start + width)
+            start += width
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """The ``manifest.json`` mapping, ``content_hash`` included."""
         spec = self.spec.to_dict()
-        group = spec["observations"][self.obs_group]
-        inputs: list[dict[str, Any]] = [
-            {
-                "name": "obs",
-                "group": self.obs_group,
-                "shape": [-1, *group["shape"]],
-                "dtype": "float32",
-                "history_length": group["history_length"],
-                "normalization": "folded into the network",
-                "terms": group["terms"],
-            }
-        ]
+        if self.multi_group:
+            inputs: list[dict[str, Any]] = [self._multi_group_input(spec)]
+        else:
+            group = spec["observations"][self.obs_group]
+            inputs = [
+                {
+                    "name": "obs",
+                    "group": self.obs_group,
+                    "shape": [-1, *group["shape"]],
+                    "dtype": "float32",
+                    "history_length": group["history_length"],
+                    "normalization": "folded into the network",
+                    "terms": group["terms"],
+                }
+            ]
         outputs: list[dict[str, Any]] = [
             {"name": "action", "shape": [-1, self.spec.action_dim], "dtype": "float32", "terms": spec["actions"]}
         ]
@@ -471,6 +549,19 @@ class ExportManifest:
         manifest["content_hash"] = _content_hash(manifest)
         return manifest
 
+    def _multi_group_input(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``obs`` input entry of a multi-group network: each group with its columns in the row.
+        It has ``groups`` where a single-group entry has ``group``, so a reader that knows only one
+        group per input fails on it instead of feeding the network part of its input.
+        """
+        entries = []
+        for g, (start, stop) in self.group_columns().items():
+            group = spec["observations"][g]
+            entries.append({"group": g, "start": start, "dim": stop - start, "shape": group["shape"],
+                            "history_length": group["history_length"], "terms": group["terms"]})
+        return {"name": "obs", "groups": entries, "shape": [-1, self.obs_dim], "dtype": "float32",
+                "normalization": "folded into the network"}
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "manifest") -> ExportManifest:
         """Read a version-2 or -3 manifest mapping, validating its policy spec and (version 3) its
@@ -483,19 +574,19 @@ class ExportManifest:
                 f"{', '.join(map(str, TYPED_MANIFESTS))} have); export the run again"
             )
         spec = PolicySpec.from_dict(data.get("policy_spec"), f"{where}.policy_spec")
-        states, steps = _read_recurrent(data, version, where)
+        groups = _read_input_groups(data, version, spec, where)
+        states, steps = _read_recurrent(data, version, where, multi_group=len(groups) > 1)
         try:
             inp = data["inputs"][0]
             if inp["name"] != "obs":
                 raise ValueError(f"inputs[0].name is {inp['name']!r}, expected 'obs'")
-            group = str(inp["group"])
             files = {
                 str(fmt): Artifact(str(e["path"]), str(e["sha256"]), float(e["parity_max_abs_err"]))
                 for fmt, e in data["files"].items()
             }
             names = [str(e["name"]) for e in data["inputs"]], [str(e["name"]) for e in data["outputs"]]
-            return cls(spec, group, files, int(data["parity_samples"]), str(data["created"]), str(data["robolearn_version"]),
-                       states=states, parity_steps=steps)._check_names(names, where)
+            return cls(spec, groups[0], files, int(data["parity_samples"]), str(data["created"]), str(data["robolearn_version"]),
+                       states=states, parity_steps=steps, obs_groups=groups)._check_names(names, where)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ExportError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
 
@@ -511,21 +602,78 @@ class ExportManifest:
 
     def check_compatible(self, robot: PolicySpec) -> None:
         """Refuse (:class:`~robolearn.spec.SpecMismatch`, the first difference named) a robot whose
-        declared spec does not give this policy its input group, actions, joints and control rate.
+        declared spec does not give this policy its input groups, actions, joints and control rate.
         """
-        self.spec.check_compatible(robot, groups=[self.obs_group])
+        self.spec.check_compatible(robot, groups=list(self.obs_groups))
 
 
-def _read_recurrent(data: Mapping[str, Any], version: int, where: str) -> tuple[tuple[StateSpec, ...], int]:
-    """The states and parity steps of a manifest's ``recurrent`` section (none before version 3)."""
+def _read_input_groups(data: Mapping[str, Any], version: int, spec: PolicySpec, where: str) -> tuple[str, ...]:
+    """The observation groups of a manifest's ``obs`` input, in order: ``inputs[0].group``, or (version
+    3) the entries of ``inputs[0].groups``, each checked against the policy spec (a deployable group
+    of the spec, at the columns the groups before it leave, its width) and the row's total width.
+    """
+    try:
+        inp = data["inputs"][0]
+        listed = inp.get("groups") if isinstance(inp, Mapping) else None
+        if listed is None:
+            return (str(inp["group"]),)
+    except (KeyError, TypeError, IndexError) as exc:
+        raise ExportError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+    w = f"{where}.inputs[0].groups"
+    if version < MANIFEST_VERSION:
+        raise ExportError(f"{w}: a version-{version} manifest has one input group (version 3 lists several)")
+    if not isinstance(listed, list) or len(listed) < 2:
+        raise SpecError(f"{w}: expected a list of two or more groups (one group is written as inputs[0].group), got {listed!r}")
+    groups: list[str] = []
+    start = 0
+    for i, entry in enumerate(listed):
+        e = f"{w}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise SpecError(f"{e}: expected an object with {', '.join(INPUT_GROUP_FIELDS)}, got {entry!r}")
+        unknown = sorted(set(entry) - set(INPUT_GROUP_FIELDS))
+        if unknown:
+            raise SpecError(f"{e}.{unknown[0]}: not a field of an input group; fields: {', '.join(INPUT_GROUP_FIELDS)}")
+        name = entry.get("group")
+        if name not in spec.observations:
+            raise SpecError(f"{e}.group: expected a group of policy_spec.observations ({', '.join(spec.observations)}), got {name!r}")
+        if name in groups:
+            raise SpecError(f"{e}.group: {name!r} repeats")
+        try:
+            assert_reads("exported policy", [name])
+        except ValueError as exc:
+            raise SpecError(f"{e}.group: {exc}") from None
+        width = math.prod(spec.observations[name].shape)
+        for key, want in (("start", start), ("dim", width)):
+            got = entry.get(key)
+            if isinstance(got, bool) or got != want:
+                what = "the previous groups' width" if key == "start" else f"policy_spec.observations.{name}'s width"
+                raise SpecError(f"{e}.{key}: expected {want} ({what}), got {got!r}")
+        groups.append(name)
+        start += width
+    shape = inp.get("shape")
+    if shape != [-1, start]:
+        raise SpecError(f"{where}.inputs[0].shape: expected [-1, {start}] (the groups' widths summed), got {shape!r}")
+    return tuple(groups)
+
+
+def _read_recurrent(data: Mapping[str, Any], version: int, where: str,
+                    multi_group: bool = False) -> tuple[tuple[StateSpec, ...], int]:
+    """The states and parity steps of a manifest's ``recurrent`` section (none before version 3; a
+    version-3 manifest without one is a feed-forward multi-group network's).
+    """
     section = data.get("recurrent")
     if version < MANIFEST_VERSION:
         if section is not None:
             raise ExportError(f"{where}.recurrent: a version-{version} manifest has no recurrent section (version 3 has)")
         return (), 0
+    if section is None and multi_group:
+        return (), 0
     w = f"{where}.recurrent"
     if not isinstance(section, Mapping):
-        raise SpecError(f"{w}: expected an object with states and parity_steps, got {section!r}")
+        raise SpecError(
+            f"{w}: expected an object with states and parity_steps, got {section!r} "
+            "(a version-3 manifest is recurrent, or lists several groups under inputs[0].groups)"
+        )
     unknown = sorted(set(section) - {"states", "parity_steps"})
     if unknown:
         raise SpecError(f"{w}.{unknown[0]}: not a field of the recurrent section; fields: states, parity_steps")
@@ -550,13 +698,16 @@ def build_manifest(
     parity_samples: int = 0,
     states: Sequence[StateSpec] = (),
     parity_steps: int = 0,
+    obs_groups: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The manifest mapping of ``spec`` and exported ``files`` (``{fmt: Artifact or its mapping}``);
-    ``states``: a recurrent network's hidden states (version 3).
+    ``states``: a recurrent network's hidden states, ``obs_groups``: the groups a multi-group input
+    concatenates, starting with ``obs_group`` (either makes it version 3).
     """
     typed = spec if isinstance(spec, PolicySpec) else PolicySpec.from_dict(spec, "policy spec")
     artifacts = {k: v if isinstance(v, Artifact) else Artifact(**v) for k, v in files.items()}
-    return ExportManifest(typed, obs_group, artifacts, parity_samples, states=tuple(states), parity_steps=parity_steps).to_dict()
+    return ExportManifest(typed, obs_group, artifacts, parity_samples, states=tuple(states), parity_steps=parity_steps,
+                          obs_groups=tuple(obs_groups)).to_dict()
 
 
 def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:

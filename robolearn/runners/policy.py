@@ -11,6 +11,10 @@ the run's deployable module (``policy_module()``: the contract of ``robolearn.nn
 RecurrentPolicy``), so it acts exactly as the exported policy does, and it owns its state: the
 inference state a checkpoint holds (the last evaluation's) is never carried into a loaded policy.
 A feed-forward policy acts through ``act_inference`` as before; its ``reset`` does nothing.
+
+A policy whose input spans several observation groups (PPO's history encoder reads ``policy`` then
+``history``: the module's ``obs_groups``) acts from the observation dict as the env gives it; the
+groups are concatenated in that order, as the exported network's input row is.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ class LoadedPolicy:
         """The checkpoint file the weights came from."""
         module = agent.policy_module()
         self._recurrent: nn.Module | None = module if getattr(module, "state_names", None) else None
+        self.obs_groups: tuple[str, ...] = tuple(
+            getattr(module, "obs_groups", None) or (getattr(agent, "actor_group", "policy"),)
+        )
+        """The observation groups the policy reads, in the order its input row concatenates them."""
         self._state: tuple[torch.Tensor, ...] | None = None
         """The carried hidden state ``[N, *shape]`` per state; ``None``: the initial state at the next act."""
 
@@ -67,6 +75,9 @@ class LoadedPolicy:
         """Deterministic actions ``[N, A]`` for an observation dict (as ``env.obs``); a recurrent
         policy advances its state (a batch of another size than the carried state's is refused).
         """
+        missing = [g for g in self.obs_groups if g not in obs]
+        if missing:
+            raise KeyError(f"obs: the policy reads the groups {list(self.obs_groups)}; {missing} missing (got {sorted(obs)})")
         with torch.inference_mode():
             if self._recurrent is None:
                 return self.agent.act_inference(obs)
@@ -76,10 +87,9 @@ class LoadedPolicy:
         """One step of the recurrent module from the carried state."""
         module = self._recurrent
         assert module is not None
-        x = obs[getattr(self.agent, "actor_group", "policy")]
-        history = getattr(self.agent, "history_group", None)
-        if history is not None:  # the module reads the actor group followed by the history frames
-            x = torch.cat([x, obs[history]], dim=-1)
+        # The module's input row: its groups in order (the actor group, then the history frames).
+        parts = [obs[g].flatten(1) for g in self.obs_groups]
+        x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
         if self._state is None:
             module.to(x.device)
             self._state = tuple(s.to(x.device) for s in module.initial_state(x.shape[0]))

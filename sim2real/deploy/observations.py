@@ -18,12 +18,19 @@ The values then go through the same :class:`robolearn.spec.ObservationProcessor`
 observation is the training observation by construction; ``tests/test_deploy.py`` checks it number
 for number against the env. A term no reader can compute is a mismatch, named before the robot
 moves (:meth:`ObservationAdapter.mismatches`).
+
+A policy whose input spans several groups (a history encoder reads ``policy`` then ``history``)
+gets each group from its own terms through its own processor, concatenated in the manifest's order
+(``ExportManifest.obs_groups``). A ``history`` group stacks ``history_length`` frames (the
+processor's ``History``); after :meth:`ObservationAdapter.reset` the next frame fills every slot, as
+the env fills a world's history at its episode start (``tests/test_history_export.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -37,33 +44,67 @@ TermReader = Callable[[Reading, np.ndarray, np.ndarray], None]
 MDP = "robolearn.envs.mdp."
 
 
-class ObservationAdapter:
-    """Readings to the observation of one group of a policy spec (module doc)."""
+@dataclass
+class _GroupInput:
+    """One group's term readers, the frame they write into and the group's processor."""
 
-    def __init__(self, spec: PolicySpec, group: str, features: RobotFeatures, dtype: torch.dtype = torch.float32) -> None:
-        """Build one reader per term; :meth:`mismatches` lists the terms no reader could build."""
-        if group not in spec.observations:
-            raise KeyError(f"observations.{group}: the policy spec has no such group (it has {list(spec.observations)})")
+    name: str
+    readers: list[TermReader]
+    processor: ObservationProcessor
+    slices: list[np.ndarray]
+    views: list[torch.Tensor]
+
+
+class ObservationAdapter:
+    """Readings to the observation of one group of a policy spec, or of several concatenated in
+    order (module doc).
+    """
+
+    def __init__(self, spec: PolicySpec, group: str | Sequence[str], features: RobotFeatures,
+                 dtype: torch.dtype = torch.float32) -> None:
+        """Build one reader per term of every group; :meth:`mismatches` lists the terms no reader
+        could build. ``group``: one group's name, or the names of the groups the policy's input row
+        concatenates, in that order.
+        """
+        groups = (group,) if isinstance(group, str) else tuple(group)
+        if not groups:
+            raise ValueError("group: expected one or more observation group names, got none")
+        for name in groups:
+            if name not in spec.observations:
+                raise KeyError(f"observations.{name}: the policy spec has no such group (it has {list(spec.observations)})")
         self.spec = spec
-        self.group = group
+        self.groups = groups
+        """The groups whose observations are concatenated, in order."""
+        self.group = groups[0]
+        """The first (for a single-group policy, the only) group."""
         self.features = features
         self.problems: list[str] = []
         """Why a term cannot be read from this robot (empty: every term can)."""
-        gspec = spec.observations[group]
-        self._readers: list[TermReader] = []
+        self._parts = [self._group_input(name, dtype) for name in groups]
+        self.processor = self._parts[0].processor
+        """The first group's processor."""
+        self.processors = {part.name: part.processor for part in self._parts}
+        """Each group's processor, by name."""
+        self.dims = [t.dim for t in spec.observations[self.group].terms]
+
+    def _group_input(self, name: str, dtype: torch.dtype) -> _GroupInput:
+        """The readers, frame and processor of group ``name`` (problems appended to :attr:`problems`)."""
+        gspec = self.spec.observations[name]
+        readers: list[TermReader] = []
         for term in gspec.terms:
             reader, problem = self._reader(term)
             if problem:
-                self.problems.append(f"observations.{group}.{term.name}: {problem}")
-            self._readers.append(reader)
-        self.processor = ObservationProcessor(group, gspec, dtype=dtype)
-        self.dims = [t.dim for t in gspec.terms]
+                self.problems.append(f"observations.{name}.{term.name}: {problem}")
+            readers.append(reader)
         # One float64 frame the readers write into; the processor reads its columns as tensor views
         # of the same memory, so a step costs no allocation and no copy before the processor's own.
-        self._frame = np.zeros((1, gspec.frame_dim), dtype=np.float64)
-        frame_t = torch.from_numpy(self._frame)
-        self._slices = [self._frame[0, t.start : t.start + t.dim] for t in gspec.terms]
-        self._views = [frame_t[:, t.start : t.start + t.dim] for t in gspec.terms]
+        frame = np.zeros((1, gspec.frame_dim), dtype=np.float64)
+        frame_t = torch.from_numpy(frame)
+        return _GroupInput(
+            name, readers, ObservationProcessor(name, gspec, dtype=dtype),
+            [frame[0, t.start : t.start + t.dim] for t in gspec.terms],
+            [frame_t[:, t.start : t.start + t.dim] for t in gspec.terms],
+        )
 
     def mismatches(self) -> list[str]:
         """Every term this robot cannot give (joint missing, extra reading missing, unknown source)."""
@@ -136,16 +177,49 @@ class ObservationAdapter:
             return none, f"the extra reading {key!r} has width {width}, the term has dim {term.dim}"
         return (lambda r, a, out: out.__setitem__(slice(None), r.extras[key])), ""
 
-    def raw_terms(self, reading: Reading, last_action: np.ndarray) -> list[torch.Tensor]:
-        """Each term's raw value ``[1, dim]`` float64 (before clip and scale)."""
-        for reader, out in zip(self._readers, self._slices, strict=True):
+    def raw_terms(self, reading: Reading, last_action: np.ndarray, group: str | None = None) -> list[torch.Tensor]:
+        """Each term's raw value ``[1, dim]`` float64 (before clip and scale) of ``group`` (default:
+        the first group).
+        """
+        part = self._parts[0] if group is None else self._part(group)
+        return self._read(part, reading, last_action)
+
+    def _part(self, group: str) -> _GroupInput:
+        """The input of ``group`` (a ``KeyError`` naming the adapter's groups otherwise)."""
+        for part in self._parts:
+            if part.name == group:
+                return part
+        raise KeyError(f"group: {group!r} is not among this adapter's groups {list(self.groups)}")
+
+    @staticmethod
+    def _read(part: _GroupInput, reading: Reading, last_action: np.ndarray) -> list[torch.Tensor]:
+        """Run ``part``'s readers into its frame; its term views."""
+        for reader, out in zip(part.readers, part.slices, strict=True):
             reader(reading, last_action, out)
-        return self._views
+        return part.views
 
     def __call__(self, reading: Reading, last_action: np.ndarray) -> np.ndarray:
-        """The processed observation ``[1, D]`` (the network's input dtype) for ``reading``."""
-        return self.processor(self.raw_terms(reading, last_action)).numpy()
+        """The processed observation ``[1, D]`` (the network's input dtype) for ``reading``: every
+        group's, concatenated in order (each group's history advances by one frame).
+        """
+        if len(self._parts) == 1:
+            part = self._parts[0]
+            return part.processor(self._read(part, reading, last_action)).numpy()
+        return torch.cat([p.processor(self._read(p, reading, last_action)) for p in self._parts], dim=1).numpy()
 
     def reset(self) -> None:
-        """Start over: the next observation refills the history."""
-        self.processor.reset()
+        """Start over (an episode start): the next observation refills every group's history."""
+        for part in self._parts:
+            part.processor.reset()
+
+    def history_state(self) -> list[torch.Tensor | None]:
+        """Every group's history window (``None``: no history, or empty), for :meth:`restore_history`.
+        The windows are replaced at each step, never written in place, so no copy is needed.
+        """
+        return [p.processor.history.window if p.processor.history is not None else None for p in self._parts]
+
+    def restore_history(self, state: list[torch.Tensor | None]) -> None:
+        """Put back the windows :meth:`history_state` returned (an observation taken without advancing)."""
+        for part, window in zip(self._parts, state, strict=True):
+            if part.processor.history is not None:
+                part.processor.history.window = window

@@ -2,7 +2,8 @@
 
 :func:`load_exported` reads ``manifest.json`` (hashes verified: an edited network or manifest is
 refused), opens the network with one intra-op thread (a control loop must not compete with itself
-for cores), and checks that the network's input width is the manifest's observation group.
+for cores), and checks that the network's input width is the manifest's observation group (or,
+for a multi-group input, the groups' widths summed: ``ExportManifest.obs_groups``).
 
 A recurrent policy (manifest version 3, ``recurrent.states``) carries its hidden state between
 calls: each call feeds the state the previous one returned (``h_in`` <- ``h_out``) and keeps the new
@@ -43,8 +44,8 @@ class ExportedPolicy:
 
     @property
     def obs_dim(self) -> int:
-        """Width of the network's input."""
-        return int(np.prod(self.manifest.spec.observations[self.manifest.obs_group].shape))
+        """Width of the network's input (every input group's width, summed)."""
+        return self.manifest.obs_dim
 
     @property
     def action_dim(self) -> int:
@@ -108,6 +109,7 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session = ort.InferenceSession(str(network), options, providers=["CPUExecutionProvider"])
+        _check_onnx_width(session, policy, folder)
         if manifest.recurrent:
             _check_onnx_io(session, manifest, folder)
             policy._run = _onnx_recurrent(session, policy)
@@ -151,6 +153,19 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
             raise PolicyLoadError(f"policy={folder}: the network returns states of shapes {shapes}, the manifest says {want}")
         policy.reset()  # the probe advanced the state: the first real step starts from zeros
     return policy
+
+
+def _check_onnx_width(session: Any, policy: ExportedPolicy, folder: Path) -> None:
+    """The ONNX graph's ``obs`` input is as wide as the manifest's input groups together."""
+    inputs = {i.name: i.shape for i in session.get_inputs()}
+    shape = inputs.get("obs", session.get_inputs()[0].shape)
+    width = shape[-1] if shape else None
+    if isinstance(width, int) and width != policy.obs_dim:
+        groups = " + ".join(policy.manifest.obs_groups)
+        raise PolicyLoadError(
+            f"policy={folder}: the network's obs input is {width} wide, the manifest's input groups ({groups}) "
+            f"give {policy.obs_dim}"
+        )
 
 
 def _check_onnx_io(session: Any, manifest: ExportManifest, folder: Path) -> None:

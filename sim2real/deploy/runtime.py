@@ -24,13 +24,18 @@ makes the layer hold (status ``stale``); older than ``lost_timeout_s``, the robo
 and the runtime stops sending (status ``lost``) until fresh readings return. An e-stop latches
 (status ``estop``). On exit the runtime damps for the safety layer's ``exit_s``.
 
-A recurrent policy carries its hidden state from step to step (:class:`ExportedPolicy` feeds each
-step's ``h_out`` back as the next ``h_in``). The state belongs to one unbroken run of the policy on
-the robot, as in training it belongs to one episode: it starts over from zeros before the first
+One unbroken run of the policy on the robot is what one episode is in training. Before the first
 policy step after any discontinuity -- the (re)start of the safety layer (first step, restart after
 an e-stop is cleared, a new :meth:`DeployRuntime.run`), a step whose command did not come from the
-policy (e-stop, hold, stale or unusable reading, a non-finite action) and a lost robot -- so it
-never carries across one. A feed-forward policy's path is unchanged.
+policy (e-stop, hold, stale or unusable reading, a non-finite action) and a lost robot -- the
+policy starts over as the env starts a world's episode: a recurrent policy's hidden state from
+zeros (:class:`ExportedPolicy` otherwise feeds each step's ``h_out`` back as the next ``h_in``),
+every stacked observation history (a ``history`` group, a group with ``history_length``) from the
+next frame, which fills all its slots, and the last action from zeros (``env.action`` is zero at an
+episode start). Nothing carries across a discontinuity.
+
+A policy whose input spans several observation groups (manifest ``obs_groups``: a history encoder
+reads ``policy`` then ``history``) is checked and fed group by group, concatenated in that order.
 
 The deploy side imports neither MuJoCo nor the task registry (``tests/test_deploy.py`` checks
 ``sys.modules``): only :mod:`robolearn.spec`, :mod:`robolearn.export`, :mod:`robolearn.data`, NumPy,
@@ -43,7 +48,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,7 +67,7 @@ _HOLD_OR_NONFINITE = int(Intervention.HOLD | Intervention.NONFINITE)
 _POLICY_OFF = int(Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
 """Flags of a step whose command did not come from the policy (recorded as ``policy_active`` false)."""
 _DISCONTINUITY = int(Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
-"""Flags after which a recurrent policy's hidden state starts over (the policy's run was broken)."""
+"""Flags after which the policy starts over: hidden state, observation history, last action (module doc)."""
 
 
 class DeployMismatch(ValueError):
@@ -74,10 +79,11 @@ class DeployMismatch(ValueError):
         super().__init__("the policy does not match the robot:\n  - " + "\n  - ".join(self.problems))
 
 
-def check_robot(spec: PolicySpec, group: str, features: RobotFeatures, rate_hz: float | None = None,
+def check_robot(spec: PolicySpec, group: str | Sequence[str], features: RobotFeatures, rate_hz: float | None = None,
                 rate_rtol: float = 0.01) -> list[str]:
-    """Every reason policy ``spec`` (reading observation ``group``) cannot run on a robot with
-    ``features`` at ``rate_hz`` (default: the policy's rate); empty when it can.
+    """Every reason policy ``spec`` (reading observation ``group``, or the groups its input row
+    concatenates: ``manifest.obs_groups``) cannot run on a robot with ``features`` at ``rate_hz``
+    (default: the policy's rate); empty when it can.
     """
     problems: list[str] = []
     want = [str(j) for j in spec.joint_order]
@@ -163,7 +169,7 @@ class DeployRuntime:
         monotonic clock and an interruptible wait); a test passes a simulated pair.
         """
         spec = policy.manifest.spec
-        group = policy.manifest.obs_group
+        group = policy.manifest.obs_groups
         problems = check_robot(spec, group, robot.features, rate_hz)
         if problems:
             raise DeployMismatch(problems)
@@ -186,7 +192,7 @@ class DeployRuntime:
         self.stats = LoopStats()
         self._recurrent = policy.recurrent
         self._fresh_state = True
-        """Whether a recurrent policy's state is to start over before its next step (module doc)."""
+        """Whether the policy starts over before its next step: hidden state, history, last action (module doc)."""
         self.status = "idle"
         """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``lost``, ``estop``, ``exit``, ``stopped``."""
         self._stop = threading.Event()
@@ -196,9 +202,11 @@ class DeployRuntime:
     def act(self, reading: Reading) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Observation ``[1, D]``, raw action ``[A]`` and command ``[A]`` (physical units) for
         ``reading``, without the safety layer or any state change (benchmarks, parity checks; a
-        recurrent policy acts from its carried state and keeps it).
+        recurrent policy acts from its carried state and keeps it; stacked histories are not advanced).
         """
+        windows = self.adapter.history_state()
         obs = self.adapter(reading, self.last_action)
+        self.adapter.restore_history(windows)
         if self._recurrent:
             kept = self.policy.state
             action = self.policy(obs).reshape(-1)
@@ -209,10 +217,19 @@ class DeployRuntime:
         return obs, action, command
 
     def reset_policy_state(self) -> None:
-        """Have a recurrent policy's hidden state start over before its next step (the runtime
-        does this at every discontinuity, module doc); nothing for a feed-forward policy.
+        """Have the policy start over before its next step, as at an episode start: a recurrent
+        policy's hidden state, the observation histories and the last action (the runtime does this
+        at every discontinuity, module doc).
         """
         self._fresh_state = True
+
+    def _start_over(self) -> None:
+        """The episode start of the policy's inputs and state (:meth:`reset_policy_state`)."""
+        self.adapter.reset()
+        self.last_action = np.zeros(self.spec.action_dim)
+        if self._recurrent:
+            self.policy.reset()
+        self._fresh_state = False
 
     def step(self) -> int | None:
         """One control step (module doc); return the interventions sent, or ``None`` when nothing was
@@ -229,22 +246,20 @@ class DeployRuntime:
             return None
         if self.safety.state == "idle":
             self.safety.start(reading, now)
-            self.adapter.reset()
             self._fresh_state = True
         fresh = now - reading.age_reference <= self.safety.config.stale_timeout_s
         obs = action = command = None
         if fresh and self.safety.state != "estop":
+            if self._fresh_state:
+                self._start_over()
             obs = self.adapter(reading, self.last_action)
-            if self._recurrent and self._fresh_state:
-                self.policy.reset()
-                self._fresh_state = False
             action = self.policy(obs).reshape(-1)
             command = self.action_processor.apply_numpy(action)
             if math.isfinite(float(action.sum())):
                 # The last-action term is the policy's own choice, as env.action is in training.
                 self.last_action = action.astype(np.float64)
         safe, flags = self.safety.filter(command, reading, now)
-        if self._recurrent and flags & _DISCONTINUITY:
+        if flags & _DISCONTINUITY:
             self._fresh_state = True
         sent = self.robot.send(safe)
         sent_at = self.clock()
@@ -305,7 +320,7 @@ class DeployRuntime:
         then damp for the safety layer's ``exit_s``. ``on_step`` sees the runtime after every tick.
         """
         self._stop.clear()
-        self._fresh_state = True  # a new run is a new episode for a recurrent policy
+        self._fresh_state = True  # a new run is a new episode for the policy (state, history, last action)
         t0 = self.clock()
         k = 0
         try:
