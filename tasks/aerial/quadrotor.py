@@ -128,7 +128,7 @@ HOVER = Figure8()
 """The hover reference: a fixed point 1 m above the floor."""
 
 TRACK = Figure8(amplitude=0.5, period=6.0)
-"""The tracking reference: a 1 m x 0.5 m figure-eight, 6 s per lap (peak speed 0.59 m/s)."""
+"""The tracking reference: a 1 m x 0.5 m figure-eight, 6 s per lap (peak speed 0.74 m/s, at the centre)."""
 
 
 def reference(env: BatchedEnv, ref: Figure8) -> tuple[torch.Tensor, torch.Tensor]:
