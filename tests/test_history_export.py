@@ -380,3 +380,44 @@ def test_a_history_run_exports_through_the_cli_and_deploys(history_run: Path, tm
         np.testing.assert_allclose(
             deployed(obs[t].numpy()),
             policy.act({"policy": obs[t, :, :POLICY_DIM], "history": obs[t, :, POLICY_DIM:]}).numpy(), rtol=0, atol=1e-4)
+
+
+# -- a recurrent policy with a history encoder ------------------------------------------------------------
+def test_a_recurrent_history_policy_exports_with_its_state_and_both_groups(task: str, tmp_path: Path) -> None:
+    """GRU memory after the history encoder: the manifest has the state and the two groups, the exported
+    network stepped with the state fed back matches torch, and ``LoadedPolicy`` steps the module on the
+    dict's groups. TorchScript only: a second dynamo ONNX export would double this test's time (the
+    multi-group ONNX graph is checked above)."""
+    from robolearn.algos import registry
+    from robolearn.algos.ppo.config import PPOConfig
+    from robolearn.runners.policy import LoadedPolicy, agent_spaces
+
+    env = robolearn.make(task, 2, seed=0)
+    spec = env.policy_spec()
+    cfg = PPOConfig(history_encoder="conv", history_frames=FRAMES, history_channels=(8,), history_kernel=2,
+                    memory="gru", memory_hidden=8, actor_hidden=(16,), critic_hidden=(16,))
+    spaces = agent_spaces(spec)
+    agent = registry.spec_of(cfg).build(cfg, spaces["obs_dims"], spaces["action_dim"], action_low=spaces["action_low"],
+                                        action_high=spaces["action_high"], device="cpu", seed=0)
+    module = agent.policy_module()
+    manifest = export_policy(module, spec, tmp_path, formats=["torchscript"], parity_samples=4, parity_steps=8)
+    assert manifest["manifest_version"] == 3 and manifest["recurrent"]["states"][0]["shape"] == [1, 8]
+    assert [g["group"] for g in manifest["inputs"][0]["groups"]] == ["policy", "history"]
+    assert [i["name"] for i in manifest["inputs"]] == ["obs", "h_in"]
+    typed = read_manifest(tmp_path)
+    assert typed.recurrent and typed.obs_groups == ("policy", "history")
+    deployed = load_exported(tmp_path, "torchscript")
+    assert deployed.recurrent and deployed.obs_dim == OBS_DIM
+    loaded = LoadedPolicy(agent, None, spec, tmp_path)  # the run's config and checkpoint are not needed to act
+    assert loaded.recurrent and loaded.obs_groups == ("policy", "history")
+    env.reset()
+    h_torch = module.initial_state(2)
+    for _ in range(5):
+        row = torch.cat([env.obs["policy"], env.obs["history"]], 1).to(torch.float32)
+        with torch.no_grad():
+            expected, *h_torch = module(row, *h_torch)
+        np.testing.assert_allclose(deployed(row[:1].numpy()), expected[:1].numpy(), rtol=0, atol=1e-5)  # world 0
+        action = loaded.act(env.obs)
+        torch.testing.assert_close(action, expected, rtol=0, atol=1e-6)
+        env.step(action)
+    assert bool(h_torch[0].any())  # the state was carried
