@@ -294,7 +294,7 @@ def _deploy_ros(cfg: DeployConfig, folder: Path, out: Path) -> int:
         raise ConfigError(str(exc)) from None
     policy = load_exported(folder, cfg.format)
     manifest = policy.manifest
-    problems = check_robot(manifest.spec, manifest.obs_group, features, cfg.rate)
+    problems = check_robot(manifest.spec, manifest.obs_groups, features, cfg.rate)
     if problems:
         raise DeployMismatch(problems)
     module = f"robolearn.sim2real.ros.{cfg.robot}_policy_node"
