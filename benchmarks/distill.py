@@ -115,6 +115,8 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", default=["dagger", "aacd"])
     parser.add_argument("--jobs", type=int, default=3, help="training processes at once (one torch thread each)")
     parser.add_argument("--eval-worlds", type=int, default=64)
+    parser.add_argument("--student-extra", nargs="*", default=[], help="extra overrides of every student run")
+    parser.add_argument("--label", default="", help="suffix of the student run folders (a variant of the recipe)")
     parser.add_argument("--out", type=Path, default=Path("/work/bench/distill"))
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -123,14 +125,14 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
 
     teachers = {s: root / "teacher_ppo" / f"seed_{s}" for s in args.seeds}
-    students = {(m, s): root / f"student_{m}" / f"seed_{s}" for m in args.modes for s in args.seeds}
+    students = {(m, s): root / f"student_{m}{args.label}" / f"seed_{s}" for m in args.modes for s in args.seeds}
     for run in [*teachers.values(), *students.values()]:
         run.parent.mkdir(parents=True, exist_ok=True)
     _run_all([([*ROBOLEARN, "train", *recipe["teacher"], f"total_env_steps={args.teacher_steps}", f"seed={s}",
                 *QUIET, f"run_dir={run}", "overwrite=true"], run, run.parent / f"seed_{s}.log")
               for s, run in teachers.items()], args.jobs)
     _run_all([([*ROBOLEARN, "distill", *recipe["student"], f"teacher={teachers[s]}", f"mode={m}",
-                f"total_env_steps={args.student_steps}", f"seed={s}", *QUIET, f"run_dir={run}", "overwrite=true"],
+                f"total_env_steps={args.student_steps}", f"seed={s}", *args.student_extra, *QUIET, f"run_dir={run}", "overwrite=true"],
                run, run.parent / f"seed_{s}.log") for (m, s), run in students.items()], args.jobs)
 
     rows: dict[str, dict[int, float]] = {"teacher": {}}
@@ -139,7 +141,7 @@ def main() -> int:
             rows["teacher"][s] = _evaluate(run, args.task, args.eval_worlds, 20_000 + s)
     for (m, s), run in students.items():
         if _done(run):
-            rows.setdefault(m, {})[s] = _evaluate(run, args.task, args.eval_worlds, 20_000 + s)
+            rows.setdefault(m + args.label, {})[s] = _evaluate(run, args.task, args.eval_worlds, 20_000 + s)
     result: dict[str, object] = {"task": args.task, "seeds": args.seeds, "teacher_steps": args.teacher_steps,
                                  "student_steps": args.student_steps, "eval_worlds": args.eval_worlds, "methods": {}}
     print(f"\n{args.task}: mean return of one episode in each of {args.eval_worlds} randomised worlds (seed 20000+s)")
@@ -162,7 +164,7 @@ def main() -> int:
         per_seed = " ".join(f"{by_seed[s]:.1f}" for s in seeds)
         print(f"{name:<10} {per_seed:<32} {point:8.1f} [{low:.1f}, {high:.1f}]   {ratio_txt}")
         result["methods"][name] = entry  # type: ignore[index]
-    out = args.out / f"{args.task}.json"
+    out = args.out / f"{args.task}{args.label}.json"
     out.write_text(json.dumps(result, indent=2))
     print(f"\nwritten {out}")
     return 0
