@@ -397,3 +397,28 @@ def test_the_student_run_exports_and_loads_like_any_run(tmp_path, ppo_teacher_ru
     assert main(["export", f"run={run}", "format=torchscript"]) == 0
     manifest = json.loads((run / "export" / "manifest.json").read_text())
     print(list(manifest))
+
+
+@pytest.mark.parametrize("mode", ["dagger", "aacd"])
+def test_a_non_finite_update_is_skipped_and_undone(tmp_path, mode):
+    # tests/test_guard.py's check for the registered learners, through the distillation runner
+    env = _env(4)
+    agent = _student(env, mode=mode, num_steps=4)
+    runner = DistillRunner(env, agent, RunnerConfig(total_env_steps=10_000, **QUIET), tmp_path / "run",
+                           teacher=_FakeTeacher(_teacher_ppo(env)))
+    runner._iterate(env.obs)
+    real_update = agent.update
+    before: list[torch.Tensor] = []
+
+    def poisoned(*args, **kwargs):
+        before.extend(p.detach().clone() for p in agent.parameters())
+        stats = real_update(*args, **kwargs)
+        with torch.no_grad():
+            agent.actor[0].weight.view(-1)[0] = float("inf")
+        return stats
+
+    agent.update = poisoned
+    runner._iterate(env.obs)
+    assert runner.skipped_updates == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True))
+    assert agent.iteration == 1, "the schedules' position is rolled back with the weights"
