@@ -121,6 +121,14 @@ def test_cli_refuses_a_privileged_student_with_one_line_and_writes_nothing(tmp_p
     assert not run.exists()
 
 
+def test_cli_needs_a_teacher_run(tmp_path, capsys):
+    assert main(["distill", "mode=dagger", f"run_dir={tmp_path / 's'}"]) == 2
+    assert "teacher: expected the run directory of a trained teacher" in capsys.readouterr().err
+    assert main(["distill", f"teacher={tmp_path / 'nothing'}", f"run_dir={tmp_path / 's'}"]) == 2
+    assert "is not a run directory" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
 # -- pure functions against hand-computed values ---------------------------------------------------
 def test_beta_schedules_hand_computed():
     assert [scheduled("linear", k, 1.0, 0.0, 4) for k in range(6)] == [1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
