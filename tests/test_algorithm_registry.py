@@ -51,7 +51,7 @@ def batch(n: int = 32, seed: int = 0) -> Batch:
 
 
 def test_registry_holds_every_shipped_algorithm():
-    assert list(registry.ALGORITHMS) == ["ppo", "sac", "bc", "td3bc", "iql", "cql", "calql"]
+    assert list(registry.ALGORITHMS) == ["ppo", "sac", "bc", "td3bc", "iql", "cql", "calql", "distill"]
     assert [n for n, s in registry.ALGORITHMS.items() if s.offline] == ["bc", "td3bc", "iql", "cql", "calql"]
     with pytest.raises(KeyError, match="valid choices: ppo, sac, bc"):
         registry.get("td3")

@@ -197,7 +197,9 @@ def test_sim2sim_gate_prints_the_table_writes_the_report_and_sets_the_status(ppo
 def test_help_lists_the_choices(capsys):
     assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "algo: bc, calql, cql, iql, ppo, sac, td3bc" in out and "experiment: cartpole_ppo" in out
+    assert "algo: bc, calql, cql, distill, iql, ppo, sac, td3bc" in out
+    experiments = next(line for line in out.splitlines() if line.startswith("experiment: "))
+    assert {"cartpole_ppo", "quadrotor_hover", "quadruped_flat"} <= set(experiments[len("experiment: "):].split(", "))
     assert "Cartpole-Balance" in out
 
 
@@ -233,3 +235,12 @@ def test_config_yaml_lists_every_dataclass_field(yaml_name, config_cls):
     injected = {"seed", "total_env_steps"} if "/" in yaml_name else set()
     fields = {f.name for f in dataclasses.fields(cls)} - injected
     assert keys == fields, f"{yaml_name}: missing {sorted(fields - keys)}, unknown {sorted(keys - fields)}"
+
+
+def test_train_refuses_a_distillation_student_and_names_the_command(capsys, tmp_path):
+    # A student needs its teacher run: `robolearn train` points to `robolearn distill` before writing anything.
+    run_dir = tmp_path / "student"
+    assert main(["train", "task=Cartpole-Balance", "algo=distill", f"run_dir={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert "robolearn distill teacher=" in err and "algo=distill" in err
+    assert not run_dir.exists()

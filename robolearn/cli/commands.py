@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import robolearn
+from robolearn.algos import registry
 from robolearn.cli.build import EVAL_SEED_OFFSET, build_agent, build_env, load_policy, runner_class
 from robolearn.cli.config import (
     CollectConfig,
@@ -213,6 +214,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         return train_o2o(cfg)
     if cfg.offline:
         return train_offline(cfg)
+    if registry.spec_of(cfg.algo).runners[0] == "distill":
+        # A student needs its teacher run, which `robolearn distill` loads (and which resumes it).
+        raise ConfigError(
+            f"algo={cfg.algo_name}: a student is trained by `robolearn distill teacher=<teacher run> mode=dagger|aacd`"
+            " and resumed by `robolearn distill resume=<student run>`, not by `robolearn train`"
+        )
     try:
         env = build_env(cfg, cfg.num_envs, cfg.seed)
     except ValueError as exc:  # an unknown task or task override: the registry names the choices
