@@ -14,7 +14,7 @@ judged on the plain task with one evaluation seed:
   slippery feet, weaker motors, latency, a halved timestep; a condition passes at 0.7 x the plain
   policy's nominal return of that seed (the same bar for both variants).
 
-    python benchmarks/quadruped_flat.py [--seeds 0 1 2] [--steps 1000000] [--variants plain dr]
+    python benchmarks/quadruped_flat.py [--seeds 0 1 2] [--steps 3000000] [--variants plain dr]
         [--phase all|train|eval] [--out runs/quadruped_flat] [--json out.json]
 
 ``--phase train`` only trains (two processes, one per variant, use both cores); ``--phase eval``
@@ -148,7 +148,7 @@ def main() -> None:
     """Train and/or judge, and print the markdown tables."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=1_000_000)
+    p.add_argument("--steps", type=int, default=3_000_000)
     p.add_argument("--variants", nargs="+", default=["plain", "dr"], choices=sorted(TASKS))
     p.add_argument("--phase", default="all", choices=["all", "train", "eval"])
     p.add_argument("--episodes", type=int, default=16)
