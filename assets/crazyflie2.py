@@ -7,10 +7,12 @@ Sources, cited per constant below:
 * [F15] J. Förster, "System Identification of the Crazyflie 2.0 Nano Quadrocopter", BSc thesis,
   ETH Zürich, 2015: inertia tensor (bifilar pendulum) and the torque-to-thrust ratio of a rotor.
 * [L2F] J. Eschmann, D. Albani, G. Loianno, "Learning to Fly in Seconds", IEEE RA-L 2024, and its
-  simulator's Crazyflie parameter set: thrust coefficient over RPM, maximum RPM, motor time
-  constant. The motor time constant is quoted from that parameter set as recalled while writing
-  this file (the paper was not at hand): treat it as the first thing to re-identify on hardware,
-  which is also why the tasks randomise it.
+  simulator's Crazyflie parameter set (github.com/arplaboratory/learning-to-fly,
+  ``include/learning_to_fly_in_seconds/simulator/parameters/dynamics/crazy_flie.h``, the base
+  ``crazy_flie`` set: thrust constant 3.16e-10, torque constant 0.005964552, action limit 21702 rpm,
+  "T, RPM time constant" 0.15 s): thrust coefficient over RPM, maximum RPM, motor time constant.
+  Variants in the same file use 0.01-0.03 s; the motor time constant is the first thing to
+  re-identify on hardware, which is also why the tasks randomise it.
 
 Frame: x forward, y left, z up (MuJoCo's). Rotors in the X layout of the Crazyflie firmware:
 M1 front-right, M2 back-right, M3 back-left, M4 front-left; M1 and M3 spin clockwise seen from
