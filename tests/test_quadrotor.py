@@ -24,8 +24,8 @@ DT = 0.01
 
 
 def _nominal(task: str = "Quadrotor-Hover", n: int = 2, **overrides: object) -> robolearn.envs.BatchedEnv:
-    """An env without randomisation (nominal constants) and with the motors stopped (no
-    ``motors_at_reset`` command), placed still at the hover target."""
+    """An env without randomisation (nominal constants), placed still at the hover target with the
+    motors stopped (``set_state`` resets the actuator activations)."""
     overrides.setdefault("episode_length", 5000)
     env = robolearn.make(task, n, seed=0, nthread=1, events={}, commands={}, curriculum={}, **overrides)
     qpos = torch.tensor([[0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]], dtype=torch.float64).repeat(n, 1)
@@ -205,16 +205,20 @@ def test_motors_start_near_hover() -> None:
     act = env.sim.data_field("act") / cf.HOVER_COMMAND
     assert (act >= 0.9 - 1e-12).all() and (act <= 1.1 + 1e-12).all()
     assert act.std() > 0.04  # spread over the range (uniform: 0.0577)
-    torch.testing.assert_close(env.command_manager.values["motors_at_reset"], act * cf.HOVER_COMMAND)
-    with pytest.raises(ValueError, match="motors_at_reset"):
-        robolearn.make("Quadrotor-Hover", 1, commands__motors_at_reset__params__high=3.0)
+    # The drawn states are those the physics runs from: a step moves each one by the lag alone.
+    tau = env.sim.get_model_field("actuator_dynprm")[:, :, 0]
+    before = env.sim.data_field("act").clone()
+    env.step(torch.ones(128, 4))
+    torch.testing.assert_close(env.sim.data_field("act"), before + (1 - before) * (1 - torch.exp(-DT / tau)))
+    with pytest.raises(ValueError, match="initial_state.params.motor_low/motor_high"):
+        robolearn.make("Quadrotor-Hover", 1, initial_state__params__motor_high=3.0)
 
 
 def test_initial_state_spread_and_validation() -> None:
     """Starts lie within the configured spread; a bad setting is refused naming it."""
     env = robolearn.make("Quadrotor-Hover", 256, seed=5, nthread=1)
     ids = env.all_ids
-    qpos, qvel = q.random_start(env, ids, position=0.2, angle_deg=10.0, velocity=0.3, angular_velocity=0.4)
+    qpos, qvel, _ = q.random_start(env, ids, position=0.2, angle_deg=10.0, velocity=0.3, angular_velocity=0.4)
     assert (qpos[:, :3] - torch.tensor([0, 0, 1.0], dtype=torch.float64)).abs().max() <= 0.2
     angle = torch.rad2deg(q.attitude_angle(qpos[:, 3:7]))
     assert angle.max() <= 10.0 + 1e-9 and angle.max() > 8.0

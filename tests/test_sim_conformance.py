@@ -309,3 +309,32 @@ def test_add_qvel_pushes_selected_worlds_and_dofs(backend, cheetah_xml):
         fast.step(u[k])
         ref.step(u[k])
     _assert_same(fast, ref)
+
+
+@pytest.mark.parametrize("backend", FAST_BACKENDS)
+def test_reset_sets_actuator_activations_like_the_reference(backend):
+    # The quadrotor's motors are first-order filters (MuJoCo activations): a reset with `act`
+    # starts them there on both backends, only for the worlds reset, and both step alike from it.
+    from robolearn.assets import asset_path
+
+    model = load_model(str(asset_path("crazyflie2.xml")))
+    assert model.na == 4
+    fast, ref = _pair(backend, model, decimation=2)
+    qpos, qvel = torch.tensor(model.qpos0).repeat(N, 1), torch.zeros(N, model.nv, dtype=torch.float64)
+    fast.reset(None, qpos, qvel)
+    ref.reset(None, qpos, qvel)
+    ids = torch.tensor([1, 4])
+    act = torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]], dtype=torch.float64)
+    fast.reset(ids, qpos[ids], qvel[ids], act)
+    ref.reset(ids, qpos[ids], qvel[ids], act)
+    for b in (fast, ref):
+        torch.testing.assert_close(b.data_field("act")[ids], act, rtol=0, atol=0)
+        assert (b.data_field("act")[[0, 2, 3, 5]] == 0).all()
+    u = torch.full((N, model.nu), 0.5, dtype=torch.float64)
+    for _ in range(5):
+        fast.step(u)
+        ref.step(u)
+    torch.testing.assert_close(fast.data_field("act"), ref.data_field("act"), rtol=0, atol=0)
+    _assert_same(fast, ref)
+    with pytest.raises(ValueError, match="act"):
+        _pair(backend, load_model(str(asset_path("cartpole.xml"))))[0].reset(None, None, None, torch.zeros(N, 1))

@@ -410,11 +410,15 @@ class BatchedEnv:
         """Reset worlds ``ids``: reset events (model fields), initial state, counters, commands."""
         self.event_manager.apply("reset", ids)
         init = self.cfg.initial_state
+        act = None
         if init.func is None:
             qpos, qvel = None, None
         else:
-            qpos, qvel = init.func(self, ids, **init.params)
-        self.sim.reset(ids, qpos, qvel)
+            # (qpos, qvel) or (qpos, qvel, act): a task whose actuators have state (a motor lag)
+            # starts them where an episode begins, e.g. a quadrotor's motors at hover thrust.
+            qpos, qvel, *rest = init.func(self, ids, **init.params)
+            act = rest[0] if rest else None
+        self.sim.reset(ids, qpos, qvel, act)
         self._sync_prev(ids)
         self.episode_length[ids] = 0
         self.action[ids] = 0.0

@@ -263,7 +263,10 @@ class SuccessTerm:
 
 @dataclass
 class InitialState:
-    """How a world's state is drawn at reset: ``func(env, env_ids, **params) -> (qpos, qvel)``."""
+    """How a world's state is drawn at reset: ``func(env, env_ids, **params) -> (qpos, qvel)``, or
+    ``(qpos, qvel, act)`` to also set the actuator activations (``[n, na]``: filter or integrator
+    states such as a motor's first-order lag, which a physics reset zeroes); any may be ``None``.
+    """
 
     func: Func | None = None
     """``None`` resets to the model's ``qpos0`` and zero velocity."""

@@ -188,9 +188,11 @@ class SimBackend(Protocol):
         env_ids: torch.Tensor | None,
         qpos: torch.Tensor | None = None,
         qvel: torch.Tensor | None = None,
+        act: torch.Tensor | None = None,
     ) -> None:
         """Reset only ``env_ids`` (sorted unique long indices; ``None``: all) to the model defaults,
-        then set their ``qpos``/``qvel`` if given.
+        then set their ``qpos``/``qvel`` and actuator activations ``act`` (``[n, na]``: the states of
+        filter and integrator actuators, such as a motor's first-order lag) if given.
         """
         ...
 

@@ -79,6 +79,8 @@ class MujocoBackend:
         self._qpos_np = b.bind("qpos")
         self._qvel_np = b.bind("qvel")
         self._ctrl_np = b.bind("ctrl")
+        # Actuator activations are part of the state rows (writable), like qpos/qvel.
+        self._act_np = b.bind("act") if model.na > 0 else None
         self._qpos = torch.from_numpy(self._qpos_np)
         self._qvel = torch.from_numpy(self._qvel_np)
         self._ctrl = torch.from_numpy(self._ctrl_np)
@@ -244,8 +246,9 @@ class MujocoBackend:
         env_ids: torch.Tensor | np.ndarray | None,
         qpos: torch.Tensor | None = None,
         qvel: torch.Tensor | None = None,
+        act: torch.Tensor | None = None,
     ) -> None:
-        """Reset ``env_ids`` to the model defaults, set ``qpos``/``qvel`` rows if given, run forward."""
+        """Reset ``env_ids`` to the model defaults, set ``qpos``/``qvel``/``act`` rows if given, run forward."""
         ids = as_index_array(env_ids, self.num_worlds)
         if ids.size == 0:
             return
@@ -254,6 +257,10 @@ class MujocoBackend:
             self._qpos_np[ids] = _numpy(qpos, (ids.size, self.model.nq), "qpos")
         if qvel is not None:
             self._qvel_np[ids] = _numpy(qvel, (ids.size, self.model.nv), "qvel")
+        if act is not None:
+            if self._act_np is None:
+                raise ValueError("act: the model has no actuator activations (na = 0)")
+            self._act_np[ids] = _numpy(act, (ids.size, self.model.na), "act")
         self._batch.forward(ids)
         self._cfrc_np[ids] = 0.0
         self._warn_sum = self._warning_sum()

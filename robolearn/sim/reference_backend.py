@@ -124,8 +124,9 @@ class ReferenceBackend:
         env_ids: torch.Tensor | np.ndarray | None,
         qpos: torch.Tensor | None = None,
         qvel: torch.Tensor | None = None,
+        act: torch.Tensor | None = None,
     ) -> None:
-        """Reset ``env_ids`` with ``mj_resetData``, set ``qpos``/``qvel`` if given, then ``mj_forward``."""
+        """Reset ``env_ids`` with ``mj_resetData``, set ``qpos``/``qvel``/``act`` if given, then ``mj_forward``."""
         ids = as_index_array(env_ids, self.num_worlds)
         for k, i in enumerate(ids):
             m, d = self.models[i], self.datas[i]
@@ -134,6 +135,10 @@ class ReferenceBackend:
                 d.qpos[:] = np.asarray(qpos[k])
             if qvel is not None:
                 d.qvel[:] = np.asarray(qvel[k])
+            if act is not None:
+                if m.na == 0:
+                    raise ValueError("act: the model has no actuator activations (na = 0)")
+                d.act[:] = np.asarray(act[k])
             mujoco.mj_forward(m, d)
             d.cfrc_ext[:] = 0.0
         self._read()

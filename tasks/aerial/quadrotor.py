@@ -51,7 +51,6 @@ from robolearn.assets import asset_path
 from robolearn.assets import crazyflie2 as cf
 from robolearn.envs import (
     ActionTerm,
-    CommandTerm,
     CurriculumTerm,
     EventTerm,
     InitialState,
@@ -267,12 +266,16 @@ def random_start(
     velocity: float = 0.5,
     angular_velocity: float = 1.0,
     ref: Figure8 = HOVER,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    motor_low: float = 0.9,
+    motor_high: float = 1.1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Start at the reference's first point plus ``U(-position, position)`` per axis (m), rotated
     by ``U(0, angle_deg)`` degrees about a uniform random axis, with linear velocity
     ``U(-velocity, velocity)`` per axis (m/s, world) and angular velocity
-    ``U(-angular_velocity, angular_velocity)`` per axis (rad/s, body). The motors are set by
-    :func:`spin_up_motors` (a command term, which runs after the physics reset).
+    ``U(-angular_velocity, angular_velocity)`` per axis (rad/s, body). Each motor's state (its
+    first-order lag, MuJoCo's actuator activation) starts at ``U(motor_low, motor_high)`` times the
+    nominal hover command, drawn per motor: the vehicle is in flight when an episode starts, not
+    sitting with its motors stopped.
     """
     where = "initial_state.params"
     check_float(f"{where}.position", position, nonnegative=True)
@@ -281,6 +284,13 @@ def random_start(
         raise ValueError(f"{where}.angle_deg: expected a rotation angle in [0, 180], got {angle_deg!r}")
     check_float(f"{where}.velocity", velocity, nonnegative=True)
     check_float(f"{where}.angular_velocity", angular_velocity, nonnegative=True)
+    check_float(f"{where}.motor_low", motor_low, nonnegative=True)
+    check_float(f"{where}.motor_high", motor_high, nonnegative=True)
+    if motor_low > motor_high or motor_high * cf.HOVER_COMMAND > 1.0:
+        raise ValueError(
+            f"{where}.motor_low/motor_high: expected 0 <= motor_low <= motor_high <= {1 / cf.HOVER_COMMAND:.3f} "
+            f"(a command in [0, 1]), got motor_low={motor_low!r}, motor_high={motor_high!r}"
+        )
     n = env_ids.numel()
     start = torch.tensor(ref.center, dtype=torch.float64, device=env.device)  # p_ref(0) = center
     qpos = torch.empty(n, 7, dtype=torch.float64, device=env.device)
@@ -297,30 +307,8 @@ def random_start(
         ],
         dim=1,
     )
-    return qpos, qvel
-
-
-def spin_up_motors(
-    env: BatchedEnv, env_ids: torch.Tensor, low: float = 0.9, high: float = 1.1
-) -> torch.Tensor:
-    """Start each motor of worlds ``env_ids`` at ``U(low, high)`` times the nominal hover command
-    (the vehicle is in flight when an episode starts, not sitting with its motors stopped); return
-    the drawn motor states ``[n, 4]``.
-
-    A command term only because commands are the one per-world hook the env runs *after* the
-    physics reset (which zeroes the actuator states); the initial-state function can set only
-    ``qpos``/``qvel``. It writes the motors' filter states in the backend's state rows.
-    """
-    check_float("commands.motors_at_reset.params.low", low, nonnegative=True)
-    check_float("commands.motors_at_reset.params.high", high, nonnegative=True)
-    if low > high or high * cf.HOVER_COMMAND > 1.0:
-        raise ValueError(
-            f"commands.motors_at_reset.params: expected 0 <= low <= high <= {1 / cf.HOVER_COMMAND:.3f} "
-            f"(a command in [0, 1]), got low={low!r}, high={high!r}"
-        )
-    act = cf.HOVER_COMMAND * env.draw_uniform(env_ids, 4, low, high)
-    env.sim.data_field("act")[env_ids] = act
-    return act
+    act = cf.HOVER_COMMAND * env.draw_uniform(env_ids, 4, motor_low, motor_high)
+    return qpos, qvel, act
 
 
 # -- configs ---------------------------------------------------------------------------------------------
@@ -434,10 +422,10 @@ def _quadrotor_cfg(ref: Figure8, episode_length: int, description: str) -> TaskC
         events=_randomization(),
         initial_state=InitialState(
             random_start,
-            params={"position": 0.5, "angle_deg": 30.0, "velocity": 0.5, "angular_velocity": 1.0, "ref": ref},
+            # Each motor starts at hover thrust +-10 % (per motor), so an episode begins in flight.
+            params={"position": 0.5, "angle_deg": 30.0, "velocity": 0.5, "angular_velocity": 1.0, "ref": ref,
+                    "motor_low": 0.9, "motor_high": 1.1},
         ),
-        # Each motor starts at hover thrust +-10 % (per motor), so an episode begins in flight.
-        commands={"motors_at_reset": CommandTerm(spin_up_motors, dim=4, params={"low": 0.9, "high": 1.1})},
         curriculum=_curriculum(),
         success=SuccessTerm(hovering, params={"ref": ref}),
         data_fields=("act",),
