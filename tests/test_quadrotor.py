@@ -333,3 +333,10 @@ def test_ppo_learns_to_stay_airborne() -> None:
     last = float(torch.cat(lengths).mean())
     assert first < 100, first
     assert last > 300, last
+
+
+def test_a_motor_time_constant_range_that_could_reach_zero_is_refused() -> None:
+    # The lag's time constant divides the activation rate: a draw that could make it <= 0 is refused
+    # when the env is built, naming the term, the field entry and the value.
+    with pytest.raises(ValueError, match=r"events\.motor_time_constant\.range: .*actuator_dynprm\[m1, 0\] \(template 0\.15\) to -0\.075; it must stay > 0"):
+        robolearn.make("Quadrotor-Hover", 1, events__motor_time_constant__params__range=(-0.5, 1.0))

@@ -80,7 +80,9 @@ _NONNEGATIVE = frozenset({
     "tendon_damping", "tendon_stiffness", "tendon_armature", "tendon_frictionloss", "pair_friction",
     "actuator_armature", "actuator_damping", "geom_margin", "geom_gap", "opt.density", "opt.viscosity",
 })
-_POSITIVE = frozenset({"body_mass", "body_inertia", "geom_size", "opt.timestep"})
+# actuator_dynprm: the time constants of filter and muscle dynamics (a motor's lag) divide the
+# activation's rate, so a drawn one must stay > 0; its unused (zero) entries stay >= 0.
+_POSITIVE = frozenset({"body_mass", "body_inertia", "geom_size", "opt.timestep", "actuator_dynprm"})
 
 # Model-field prefixes and the kind of element (robolearn.sim.names) their first dimension indexes;
 # dof_ fields take joint names, expanded to their dofs. Other prefixes take indices only.
