@@ -261,10 +261,14 @@ def test_registered_tasks_step_without_nan(task: str) -> None:
 
 
 class _Stub:
-    """The few env attributes the gait terms read, set by hand."""
+    """The few env attributes the gait terms read, set by hand (the buffers are BatchedEnv's own)."""
+
+    buffer = robolearn.envs.BatchedEnv.buffer
+    has_buffer = robolearn.envs.BatchedEnv.has_buffer
 
     def __init__(self, n: int) -> None:
         self.num_envs, self.device, self.dt = n, torch.device("cpu"), 0.02
+        self._buffers: dict[str, torch.Tensor] = {}
         self.episode_length = torch.zeros(n, dtype=torch.long)
         self.sim = type("Sim", (), {})()
         self.sim.qpos = torch.zeros(n, 19, dtype=torch.float64)
@@ -310,3 +314,26 @@ def test_tracking_kernels_by_hand() -> None:
     env.sim.qvel[:, :3] = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
     np.testing.assert_allclose(legged.base_lin_vel(env).numpy(), [[1.0, 0.0, 0.0]] * 2, atol=1e-12)  # type: ignore[arg-type]
     np.testing.assert_allclose(legged.projected_gravity(env).numpy(), [[0.0, 0.0, -1.0]] * 2, atol=1e-12)  # type: ignore[arg-type]
+
+
+def test_env_state_round_trip_continues_the_gait_memory_exactly():
+    # Feet air time and episode start positions are per-world memory across steps: a resumed env
+    # (state_dict -> a fresh env's load_state_dict) must continue with them, rewards included.
+    torch.manual_seed(0)
+    actions = [0.5 * torch.randn(4, 12) for _ in range(40)]
+    env = robolearn.make("Quadruped-Flat", 4, seed=3, nthread=1)
+    env.reset()
+    for a in actions[:25]:
+        env.step(a)
+    saved = env.state_dict()
+    assert {"gait/air_time", "gait/last_contact", "gait/start_xy"} <= set(saved["buffers"])
+    assert saved["buffers"]["gait/air_time"].abs().sum() > 0  # some foot has been in the air
+    expected = [env.step(a)[1].clone() for a in actions[25:]]
+    resumed = robolearn.make("Quadruped-Flat", 4, seed=99, nthread=1)
+    resumed.reset()
+    for a in actions[:5]:  # its own memory differs before the load
+        resumed.step(a)
+    resumed.load_state_dict(saved)
+    got = [resumed.step(a)[1].clone() for a in actions[25:]]
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)

@@ -107,6 +107,7 @@ class BatchedEnv:
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         self.num_diverged = 0
         self.common_step_counter = 0
+        self._buffers: dict[str, torch.Tensor] = {}
         """Batched control steps since the env was built (training progress, for curricula; checkpointed)."""
         self.task_params: dict[str, torch.Tensor] = {
             k: torch.tensor(v, dtype=torch.float64, device=self.device) for k, v in cfg.task_params.items()
@@ -259,7 +260,33 @@ class BatchedEnv:
             **({"models": {k: m.state_dict() for k, m in self.model_states.items()}} if self.model_states else {}),
             **({"prev_ctrl": self._prev_ctrl.clone()} if self._prev_ctrl is not None else {}),
             **({"curriculum": self._curriculum_state()} if self.cfg.curriculum or self.task_params else {}),
+            **({"buffers": {k: v.clone() for k, v in self._buffers.items()}} if self._buffers else {}),
         }
+
+    def buffer(self, name: str, shape: tuple[int, ...] = (), dtype: torch.dtype = torch.float64, fill: float = 0.0) -> torch.Tensor:
+        """A per-world tensor ``[N, *shape]`` that task terms keep across steps (how long each foot
+        has been in the air, where an episode started), created filled with ``fill`` on first use.
+
+        It is part of :meth:`state_dict`, so a resumed run continues with it; the env never resets
+        it (the task's own terms do, e.g. from their initial-state function). Terms hold on to the
+        tensor: :meth:`load_state_dict` copies into it in place.
+
+        Raises:
+            ValueError: ``name`` exists with another shape or dtype.
+        """
+        buf = self._buffers.get(name)
+        if buf is None:
+            buf = torch.full((self.num_envs, *shape), fill, dtype=dtype, device=self.device)
+            self._buffers[name] = buf
+        elif tuple(buf.shape[1:]) != tuple(shape) or buf.dtype != dtype:
+            raise ValueError(
+                f"buffer {name!r}: exists as {tuple(buf.shape[1:])} {buf.dtype}, asked for {tuple(shape)} {dtype}"
+            )
+        return buf
+
+    def has_buffer(self, name: str) -> bool:
+        """Whether :meth:`buffer` ``name`` exists yet."""
+        return name in self._buffers
 
     def _curriculum_state(self) -> dict[str, Any]:
         """Training progress, task parameters, reward weights and the curriculum terms' states."""
@@ -319,6 +346,11 @@ class BatchedEnv:
         if self._prev_ctrl is not None:
             self._prev_ctrl.copy_(state["prev_ctrl"])
         self._load_curriculum_state(state.get("curriculum"))
+        for k, v in state.get("buffers", {}).items():
+            if k in self._buffers:
+                self._buffers[k].copy_(v)  # in place: terms hold the tensor
+            else:  # a term asks for it later and gets the saved values
+                self._buffers[k] = v.to(self.device, copy=True)
 
     def policy_spec(self) -> dict[str, Any]:
         """JSON-ready description of observations, actions, rates and joints (``policy_spec.json``)."""

@@ -15,7 +15,6 @@ time at zero (one step's difference to the air-time reward per world).
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -110,7 +109,8 @@ base_height.privileged = True  # type: ignore[attr-defined]
 @dataclass
 class GaitState:
     """Per-world memory of one env: how long each foot has been in the air, and where each
-    episode started.
+    episode started. The tensors are the env's checkpointed buffers (``BatchedEnv.buffer``), so a
+    resumed run continues with them.
     """
 
     air_time: torch.Tensor
@@ -121,20 +121,18 @@ class GaitState:
     """The trunk's ``(x, y)`` at the episode's start ``[N, 2]``."""
 
 
-_STATES: weakref.WeakKeyDictionary[BatchedEnv, GaitState] = weakref.WeakKeyDictionary()
-
-
 def gait_state(env: BatchedEnv) -> GaitState:
-    """The env's :class:`GaitState`, created on first use (the env owns it through a weak key)."""
-    state = _STATES.get(env)
-    if state is None:
-        n, dev = env.num_envs, env.device
-        state = GaitState(
-            air_time=torch.zeros(n, NUM_FEET, dtype=torch.float64, device=dev),
-            last_contact=torch.zeros(n, NUM_FEET, dtype=torch.bool, device=dev),
-            start_xy=env.sim.qpos[:, :2].clone(),
-        )
-        _STATES[env] = state
+    """The env's :class:`GaitState` over its buffers ``gait/*``, created on first use (the start
+    positions from the current trunk positions).
+    """
+    fresh = not env.has_buffer("gait/start_xy")
+    state = GaitState(
+        air_time=env.buffer("gait/air_time", (NUM_FEET,)),
+        last_contact=env.buffer("gait/last_contact", (NUM_FEET,), torch.bool, False),
+        start_xy=env.buffer("gait/start_xy", (2,)),
+    )
+    if fresh:
+        state.start_xy.copy_(env.sim.qpos[:, :2])
     return state
 
 
