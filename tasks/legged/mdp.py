@@ -7,9 +7,8 @@ Foot contacts come from the model's touch sensors (``sensordata[:, :4]``, one pe
 order, then the trunk's, then thigh and calf of each leg): see ``assets/quadruped.xml``.
 
 A few terms need memory across steps (the feet's air time, where the episode started); it is
-kept per env in :func:`gait_state`, created on first use and reset per world when that world's
-episode restarts. It is not part of the env's checkpoint: a resumed run starts every foot's air
-time at zero (one step's difference to the air-time reward per world).
+kept in the env's buffers (:func:`gait_state`), created on first use, reset per world when that
+world's episode restarts, and part of the env's checkpoint, so a resumed run continues with it.
 """
 
 from __future__ import annotations
