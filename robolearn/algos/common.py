@@ -1,5 +1,6 @@
-"""What the learners share that is not a network: the verbs of the offline learners and the
-entropy-temperature loss of SAC and CQL.
+"""What the learners share that is not a network: the verbs of the offline learners, the
+entropy-temperature loss of SAC and CQL, and PPO's clipped surrogate (PPO and the distillation
+student's AACD mode).
 
 ``robolearn/algos/<name>/`` packages never import one another (DESIGN.md); a block two of them
 share lives in ``robolearn/nn`` when it is a network and here when it is learner behaviour
@@ -198,4 +199,33 @@ def alpha_loss(
     return {"loss_alpha": (log_alpha * (-log_prob.detach() - target_entropy)).mean()}
 
 
-__all__ = ["OfflineLearner", "alpha_loss"]
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``x.mean()``, or with ``mask`` (bool or 0/1, ``x``'s shape) the mean over the entries it keeps:
+    padded steps of a truncated-BPTT chunk carry no weight. No host sync (the count stays a tensor).
+    """
+    if mask is None:
+        return x.mean()
+    keep = mask.to(torch.bool)
+    # where, not x * mask: a padded entry that is inf would turn into NaN when multiplied by 0.
+    return torch.where(keep, x, torch.zeros_like(x)).sum() / keep.sum().clamp_min(1).to(x.dtype)
+
+
+def surrogate_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_param: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Clipped surrogate ``mean(max(-A r, -A clip(r, 1-eps, 1+eps)))`` with ``r = exp(lp - lp_old)``.
+
+    The max keeps the pessimistic term, so once the ratio has moved past the clip range in the
+    direction the advantage favours, the gradient vanishes; moves against it stay unclipped.
+    """
+    ratio = torch.exp(log_probs - old_log_probs)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
+    return masked_mean(torch.maximum(unclipped, clipped), mask)
+
+
+__all__ = ["OfflineLearner", "alpha_loss", "masked_mean", "surrogate_loss"]

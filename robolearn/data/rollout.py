@@ -23,6 +23,20 @@ import torch
 from robolearn.types import Obs
 
 
+def gae_recursion(deltas: torch.Tensor, not_done: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """GAE's backward pass over a rollout ``[T, N]``: ``A_t = delta_t + gamma * lam * not_done_t * A_{t+1}``
+    (``A_T = 0``), given the TD errors ``deltas`` and ``not_done`` (0 where an episode ended at step
+    ``t``, which cuts the recursion: the next step starts a new episode). Shared by the rollout
+    storage and the learners that keep their own rollouts (the distillation student).
+    """
+    advantages = torch.empty_like(deltas)
+    running = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * lam * not_done[t] * running
+        advantages[t] = running
+    return advantages
+
+
 @dataclass
 class RolloutBatch:
     """One minibatch of flattened rollout samples, leading dim ``[B]``."""
@@ -207,10 +221,7 @@ class RolloutStorage:
         not_done = (~(self.terminated | self.truncated)).to(self.rewards.dtype)
         next_values = torch.cat([self.values[1:], last_values.reshape(1, self.num_envs).to(self.values.dtype)])
         deltas = rewards + gamma * next_values * not_done - self.values
-        advantage = torch.zeros_like(last_values, dtype=self.values.dtype).reshape(self.num_envs)
-        for t in reversed(range(self.num_steps)):
-            advantage = deltas[t] + gamma * lam * not_done[t] * advantage
-            self.advantages[t] = advantage
+        self.advantages.copy_(gae_recursion(deltas, not_done, gamma, lam))
         self.returns.copy_(self.advantages + self.values)
         if normalize_advantages:
             # Over the whole rollout, once, rather than per minibatch: small minibatches make noisy

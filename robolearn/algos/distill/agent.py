@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from robolearn.algos.common import surrogate_loss
 from robolearn.algos.distill.config import DistillConfig
 from robolearn.algos.distill.losses import (
-    clipped_surrogate,
     gae,
     imitation_loss,
     q_actor_loss,
@@ -331,8 +331,8 @@ class Distill:
             losses = {"loss_bc": bc_coef * imitation_loss(mean, std, flat["teacher"][idx], cfg.imitation_loss)}
             if self.critic_kind == "value":
                 log_probs = self.dist.log_prob(mean, std, flat["actions"][idx])
-                losses["loss_policy"] = clipped_surrogate(log_probs, flat["log_probs"][idx], flat["advantages"][idx],
-                                                          cfg.clip_param)
+                losses["loss_policy"] = surrogate_loss(log_probs, flat["log_probs"][idx], flat["advantages"][idx],
+                                                       cfg.clip_param)
                 losses["loss_entropy"] = -cfg.entropy_coef * self.dist.entropy(std).mean()
             else:
                 assert self.critic is not None

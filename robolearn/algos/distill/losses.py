@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from robolearn.data.rollout import gae_recursion
+
 
 def scheduled(kind: str, iteration: int, start: float, end: float, iterations: int, rate: float = 1.0) -> float:
     """The value of a schedule after ``iteration`` updates.
@@ -67,21 +69,8 @@ def gae(
     not_terminal = (~terminated).to(values.dtype)
     carry_on = (~done).to(values.dtype)
     deltas = rewards + gamma * not_terminal * next_values - values
-    advantages = torch.zeros_like(values)
-    running = torch.zeros_like(values[0])
-    for t in range(values.shape[0] - 1, -1, -1):
-        running = deltas[t] + gamma * lam * carry_on[t] * running
-        advantages[t] = running
+    advantages = gae_recursion(deltas, carry_on, gamma, lam)
     return advantages, advantages + values
-
-
-def clipped_surrogate(
-    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, clip_param: float
-) -> torch.Tensor:
-    """PPO's pessimistic clipped surrogate ``mean(max(-A r, -A clip(r, 1 - eps, 1 + eps)))``."""
-    ratio = torch.exp(log_probs - old_log_probs)
-    clipped = ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
-    return torch.max(-advantages * ratio, -advantages * clipped).mean()
 
 
 def q_actor_loss(q: torch.Tensor) -> torch.Tensor:
@@ -96,4 +85,4 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     return (returns - values).square().mean()
 
 
-__all__ = ["action_gap", "clipped_surrogate", "gae", "imitation_loss", "q_actor_loss", "scheduled", "value_loss"]
+__all__ = ["action_gap", "gae", "imitation_loss", "q_actor_loss", "scheduled", "value_loss"]

@@ -4,34 +4,8 @@ from __future__ import annotations
 
 import torch
 
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """``x.mean()``, or with ``mask`` (bool or 0/1, ``x``'s shape) the mean over the entries it keeps:
-    padded steps of a truncated-BPTT chunk carry no weight. No host sync (the count stays a tensor).
-    """
-    if mask is None:
-        return x.mean()
-    keep = mask.to(torch.bool)
-    # where, not x * mask: a padded entry that is inf would turn into NaN when multiplied by 0.
-    return torch.where(keep, x, torch.zeros_like(x)).sum() / keep.sum().clamp_min(1).to(x.dtype)
-
-
-def surrogate_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    clip_param: float,
-    mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Clipped surrogate ``mean(max(-A r, -A clip(r, 1-eps, 1+eps)))`` with ``r = exp(lp - lp_old)``.
-
-    The max keeps the pessimistic term, so once the ratio has moved past the clip range in the
-    direction the advantage favours, the gradient vanishes; moves against it stay unclipped.
-    """
-    ratio = torch.exp(log_probs - old_log_probs)
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
-    return masked_mean(torch.maximum(unclipped, clipped), mask)
+# The clipped surrogate is shared with the distillation student's AACD mode.
+from robolearn.algos.common import masked_mean, surrogate_loss
 
 
 def value_loss(
