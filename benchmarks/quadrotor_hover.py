@@ -163,6 +163,17 @@ def evaluate_track(agent: PPO, env: Any, seed: int, period_s: float) -> dict[str
 
 
 # -- training --------------------------------------------------------------------------------------
+def ppo_iteration(agent: PPO, env: Any, obs: dict[str, torch.Tensor], num_steps: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One PPO iteration: ``num_steps`` steps of every world, then the update; the next observation and the update's stats."""
+    for _ in range(num_steps):
+        action = agent.act(obs)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
+        obs = next_obs
+    agent.compute_returns(obs)
+    return obs, agent.update()
+
+
 def train_hover(recipe: Recipe, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Train until the criterion is met or ``--budget-s`` training seconds pass; evaluate every
     ``--eval-every-s`` training seconds.
@@ -181,13 +192,7 @@ def train_hover(recipe: Recipe, seed: int, args: argparse.Namespace) -> dict[str
     met: dict[str, float] | None = None
     while train_s < args.budget_s:
         t0 = time.perf_counter()
-        for _ in range(recipe.num_steps):
-            action = agent.act(obs)
-            next_obs, reward, terminated, truncated, info = env.step(action)
-            agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-            obs = next_obs
-        agent.compute_returns(obs)
-        stats = agent.update()
+        obs, stats = ppo_iteration(agent, env, obs, recipe.num_steps)
         env_steps += recipe.num_steps * env.num_envs
         train_s += time.perf_counter() - t0
         if train_s >= next_eval or train_s >= args.budget_s:
@@ -219,13 +224,7 @@ def train_track(recipe: Recipe, seed: int, args: argparse.Namespace) -> dict[str
     env_steps, train_s = 0, 0.0
     while train_s < args.track_seconds:
         t0 = time.perf_counter()
-        for _ in range(recipe.num_steps):
-            action = agent.act(obs)
-            next_obs, reward, terminated, truncated, info = env.step(action)
-            agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-            obs = next_obs
-        agent.compute_returns(obs)
-        agent.update()
+        obs, _ = ppo_iteration(agent, env, obs, recipe.num_steps)
         env_steps += recipe.num_steps * env.num_envs
         train_s += time.perf_counter() - t0
     result = evaluate_track(agent, eval_env, EVAL_SEED_OFFSET + seed, period_s=6.0)
