@@ -36,6 +36,13 @@ namespace (belt and braces)."""
 BALANCE_S = 10.0
 EFFORT_LIMIT = 1.0
 """Cartpole-Balance's cart force limit (the robot node's features)."""
+INITIAL_ANGLE = -0.00685479
+"""The pole angle of Cartpole-Balance's first world at seed 0 (the robot node's ``--seed``)."""
+
+
+def _logs(scenario: dict, *names: str) -> str:
+    """The tails of the scenario's node logs ``names``, for a failure's message."""
+    return "\n".join(f"--- {n}\n{scenario['logs'].get(n, '(no log)')}" for n in names)
 
 
 def _namespace_command() -> tuple[list[str] | None, str]:
@@ -82,11 +89,14 @@ def test_policy_balances_the_cartpole_robot_node_for_10_s(scenario: dict) -> Non
     """The LQR policy node keeps the robot node's pole up from its first command on."""
     b = scenario["balance"]
     print(f"\nbalance: {json.dumps(b)}")
-    assert b["states"] >= 0.9 * BALANCE_S * 100  # joint states at 100 Hz, seen by a third node
-    assert b["resets"] == 0  # the pole never fell
-    assert b["max_abs_angle"] < 0.1  # upright all along (the task's success is 10 degrees)
-    assert b["max_abs_angle_last_s"] < 0.01  # and settled
-    assert b["mean_reward"] > 0.99
+    logs = _logs(scenario, "policy_a.log", "robot_a.log")
+    assert b["states"] >= 0.9 * BALANCE_S * 100, logs  # joint states at 100 Hz, seen by a third node
+    assert b["resets"] == 0, logs  # the pole never fell
+    # the robot stood still until the policy's first command: the seed's initial angle, exactly
+    assert abs(b["first_angle"] - INITIAL_ANGLE) < 5e-4, logs
+    assert b["max_abs_angle"] < 0.1, logs  # upright all along (the task's success is 10 degrees)
+    assert b["max_abs_angle_last_s"] < 0.01, logs  # and settled
+    assert b["mean_reward"] > 0.99, logs
 
 
 def test_command_rate_is_the_manifests_within_10_percent(scenario: dict) -> None:
@@ -115,8 +125,9 @@ def test_every_command_is_within_the_effort_limit_and_the_per_step_change(scenar
 def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(scenario: dict) -> None:
     """SIGKILL on the policy node: the robot node's watchdog (0.1 s) holds; a new policy takes over."""
     latency = scenario["hold_latency_s"]
-    print(f"\nhold {latency if latency is None else round(latency * 1e3, 1)} ms after the policy's SIGKILL")
-    assert latency is not None and 0.05 < latency < 0.3
+    print(f"\nhold {latency if latency is None else round(latency * 1e3, 1)} ms after the policy's SIGKILL; "
+          f"the robot's last command {scenario['last_command_after_kill_s']} s after it")
+    assert latency is not None and 0.05 < latency < 0.3, _logs(scenario, "policy_a.log", "robot_a.log")
     assert scenario["second_policy_ran"]  # --robot from-topic: the latched description
 
 

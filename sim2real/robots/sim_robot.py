@@ -62,12 +62,16 @@ class SimulatedRobot(Robot):
         sensor_noise: float = 0.0,
         overrides: dict[str, Any] | None = None,
         velocity_limit: float = math.inf,
+        start_on_command: bool = False,
     ) -> None:
         """Build the world (not yet running: :meth:`connect` starts it).
 
         ``overrides`` are task-config overrides (``robolearn.make``'s keywords); ``hold_kd`` is the
         damping gain of the torque hold; ``velocity_limit`` is declared for every command joint (a
-        simulated joint has none of its own).
+        simulated joint has none of its own). ``start_on_command`` (real time): the world stands
+        still after :meth:`connect`, its reading re-published every period, until the first command
+        arrives, like a driver that enables its motors on its controller's first command; a
+        balancing task then starts from the same state however long the controller took to start.
         """
         if command_timeout_s <= 0:
             raise ValueError(f"command_timeout_s: expected a positive number of seconds, got {command_timeout_s!r}")
@@ -98,6 +102,9 @@ class SimulatedRobot(Robot):
         self.last_reward = 0.0
         """The task's reward of the last control step (for checks; a real robot has none)."""
         self.sim_time = 0.0
+        self.start_on_command = bool(start_on_command)
+        self._armed = True
+        self._commanded = False
         """Seconds of simulated time since :meth:`connect`."""
         self.on_tick: Callable[[], None] | None = None
         """Called after every control step (from the stepping thread in real time), so a bridge can
@@ -192,6 +199,7 @@ class SimulatedRobot(Robot):
             return
         self._connected = True
         self._command_time = time.monotonic()
+        self._armed = not (self.realtime and self.start_on_command)
         if self.realtime:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name=f"sim-robot-{self.task_id}", daemon=True)
@@ -229,6 +237,7 @@ class SimulatedRobot(Robot):
             with self._lock:
                 self._command = cmd
                 self._command_time = time.monotonic()
+                self._armed = self._commanded = True
         else:
             self._step(cmd)
         return applied
@@ -260,6 +269,12 @@ class SimulatedRobot(Robot):
         if self.on_tick is not None:
             self.on_tick()
 
+    @property
+    def last_command_time(self) -> float | None:
+        """Monotonic time of the newest command (real time; ``None`` before the first)."""
+        with self._lock:
+            return self._command_time if self._commanded and math.isfinite(self._command_time) else None
+
     def latch_hold(self) -> None:
         """Hold from the next tick on, as if the last command were long gone (an e-stop at the robot:
         the watchdog's hold stays until a new command arrives, which an e-stopped bridge never
@@ -267,6 +282,7 @@ class SimulatedRobot(Robot):
         """
         with self._lock:
             self._command_time = -math.inf
+            self._armed = True  # an e-stop before the first command starts the world in the hold
 
     def _measure(self, stamp: float) -> Reading:
         """The world's joint state as a :class:`Reading` (noise added when configured)."""
@@ -318,15 +334,23 @@ class SimulatedRobot(Robot):
             now = time.monotonic()
             with self._lock:
                 command, fresh = self._command, now - self._command_time <= self.command_timeout_s
-            if fresh:
-                self.holding, self._hold_target = False, None
+                armed = self._armed
+            if not armed:  # before the first command: the world stands still, the sensors report
+                reading = self._measure(now)
+                with self._lock:
+                    self._reading = reading
+                if self.on_tick is not None:
+                    self.on_tick()
             else:
-                if not self.holding:
-                    self.hold_events.append(now)
-                    log.info("robot %s: no command for %.3f s; holding", self.task_id, now - self._command_time)
-                self.holding = True
-                command = self.hold_command()
-            self._step(command)
+                if fresh:
+                    self.holding, self._hold_target = False, None
+                else:
+                    if not self.holding:
+                        self.hold_events.append(now)
+                        log.info("robot %s: no command for %.3f s; holding", self.task_id, now - self._command_time)
+                    self.holding = True
+                    command = self.hold_command()
+                self._step(command)
             tick += 1
             # Deadlines are multiples of the period from the start: a late tick does not shift the rest.
             delay = start + tick * period - time.monotonic()

@@ -205,7 +205,8 @@ def add_robot_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="task-config override (robolearn.make keyword), e.g. timestep=0.005")
     p.add_argument("--command-log", default=None, help="save received commands and their times (.npz) on exit")
     p.add_argument("--wait-for-policy", type=float, default=0.0,
-                   help="seconds to wait for a command publisher before the world starts (0: start at once)")
+                   help="seconds to wait for a command publisher; then the world stands still (its readings "
+                        "published) until the first command (0: start at once)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
     return _add_process_arguments(p)
 
@@ -272,7 +273,7 @@ def robot_status(robot: SimulatedRobot, rejected: ThrottledLog, commands: int, e
     events = list(robot.hold_events)
     return status_json(
         holding=bool(robot.holding), steps=robot.steps, resets=robot.resets, hold_events=len(events),
-        last_hold=events[-1] if events else None, rejected=rejected.count, rejected_last=rejected.last_error,
+        last_hold=events[-1] if events else None, last_command=robot.last_command_time, rejected=rejected.count, rejected_last=rejected.last_error,
         commands=commands, estop=estop, sim_time=robot.sim_time, monotonic=time.monotonic(),
     )
 
@@ -450,7 +451,9 @@ class RobotNode:
         robot.on_tick = lambda: self.transport.publish_tick(robot.read(), robot.last_reward)
         if args.wait_for_policy > 0:
             # Like a driver enabling its motors once a controller is there: a cart-pole left alone
-            # falls in a second, long before a policy process has loaded its network.
+            # falls in a second, long before a policy process has loaded its network. The world
+            # then stands still until the policy's first command (``start_on_command``): how long
+            # the policy takes to see the first reading depends on the machine, the start must not.
             deadline = time.monotonic() + args.wait_for_policy
             while self.transport.command_publishers() == 0 and time.monotonic() < deadline and not self.stop.is_set():
                 self.stop.wait(0.01)
@@ -477,7 +480,8 @@ class RobotNode:
 def start_robot(args: argparse.Namespace) -> SimulatedRobot:
     """The node's simulated robot from its flags (real time, its features written when asked)."""
     robot = SimulatedRobot(args.task, seed=args.seed, realtime=True, command_timeout_s=args.command_timeout,
-                           hold_kd=args.hold_kd, overrides=parse_overrides(args.override))
+                           hold_kd=args.hold_kd, overrides=parse_overrides(args.override),
+                           start_on_command=args.wait_for_policy > 0)
     if args.features_out:
         write_text_atomic(args.features_out, json.dumps(robot.features.to_dict(), indent=2))
     return robot

@@ -24,8 +24,9 @@ The robot's :class:`~robolearn.sim2real.robots.base.RobotFeatures` are set as th
 ``--robot from-params`` reads, and written to ``--features-out`` when given. ``--command-log``
 saves every good command with its receipt times (ROS time and monotonic) on exit, for latency
 measurements (``benchmarks/ros_loop.py``). ``--wait-for-policy S`` keeps the world still (nothing
-published) until a command publisher connects, or ``S`` seconds passed: a balancing task would
-otherwise fall while the policy process is still starting.
+published) until a command publisher connects, or ``S`` seconds passed, and then still (its readings
+published every period) until the first command: a balancing task would otherwise fall while the
+policy process is still starting.
 """
 
 from __future__ import annotations

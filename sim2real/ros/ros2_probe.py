@@ -193,6 +193,8 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
         _wait(lambda: w.last(w.robot).get("holding") is True and (w.last(w.robot).get("last_hold") or 0) > kill_at, 5)
         status = w.last(w.robot)
         out["hold_latency_s"] = (status["last_hold"] - kill_at) if (status.get("last_hold") or 0) > kill_at else None
+        # the robot's newest command against the kill: a late one means commands queued on the way
+        out["last_command_after_kill_s"] = (status["last_command"] - kill_at) if status.get("last_command") else None
 
         # a second policy, taking the robot's description from its latched topic, takes over
         policy = _node(POLICY, "--policy", args.policy, "--robot", "from-topic", "--namespace", ns, "--safety", safety,
