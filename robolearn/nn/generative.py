@@ -402,3 +402,163 @@ class DDIMSampler(nn.Module):
         """The chunk the sampler carries ``noise`` to."""
         return ddim_sample(self.net, cond, noise, self.schedule, self.steps, eta=self.eta, step_noise=step_noise,
                            clip=self.clip)
+
+
+# -- a chunk model with its normalisation: the contract between the generative learners ------------
+MODELS = ("flow", "shortcut", "diffusion")
+"""Generative model kinds: rectified flow, shortcut flow (1-4 steps), DDPM/DDIM diffusion."""
+
+
+@dataclass
+class ChunkModelSpec:
+    """Everything needed to rebuild a chunk model (its checkpoint's ``"spec"``); plain JSON values."""
+
+    model: str
+    """One of :data:`MODELS`."""
+    obs_dim: int
+    """Width of one observation frame (the policy group)."""
+    action_dim: int
+    """Action width ``A``."""
+    horizon: int = 1
+    """Chunk length ``H``."""
+    obs_history: int = 1
+    """Frames in the condition (``cond_dim = obs_history * obs_dim``)."""
+    backbone: str = "mlp"
+    """One of :data:`BACKBONES`."""
+    hidden: tuple[int, ...] = (256, 256, 256)
+    """MLP backbone widths."""
+    unet_channels: tuple[int, ...] = (64, 128)
+    """U-Net channels per level."""
+    time_embed_dim: int = 32
+    """Sinusoidal embedding width."""
+    diffusion_steps: int = 100
+    """DDPM training steps ``T`` (diffusion only)."""
+    schedule: str = "cosine"
+    """``"cosine"`` or ``"linear"`` (diffusion only)."""
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown model, backbone or schedule, naming the field."""
+        if self.model not in MODELS:
+            raise ValueError(f"model: expected one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.backbone not in BACKBONES:
+            raise ValueError(f"backbone: expected one of {', '.join(BACKBONES)}, got {self.backbone!r}")
+        if self.schedule not in ("cosine", "linear"):
+            raise ValueError(f"schedule: expected cosine or linear, got {self.schedule!r}")
+        self.hidden = tuple(int(h) for h in self.hidden)
+        self.unet_channels = tuple(int(c) for c in self.unet_channels)
+
+    @property
+    def cond_dim(self) -> int:
+        """Width of the condition."""
+        return self.obs_history * self.obs_dim
+
+    def to_dict(self) -> dict:
+        """Plain JSON values."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ChunkModelSpec:
+        """The spec from :meth:`to_dict`'s output."""
+        return cls(**data)
+
+
+class ChunkModel(nn.Module):
+    """A generative chunk model in env units: backbone, condition normalisation (per frame mean and
+    std of the observation) and the map between env actions (``[low, high]``) and the model's
+    ``[-1, 1]``. The state (:meth:`checkpoint`) is what learners hand each other: a flow trained by
+    behaviour cloning is the starting point of ReinFlow, of flow Q-learning's BC flow, and of export.
+    """
+
+    def __init__(self, spec: ChunkModelSpec, action_low: torch.Tensor | float = -1.0,
+                 action_high: torch.Tensor | float = 1.0) -> None:
+        """A freshly initialised model of ``spec`` (identity normalisation)."""
+        super().__init__()
+        self.spec = spec
+        self.net = make_backbone(spec.backbone, spec.horizon, spec.action_dim, spec.cond_dim, hidden=spec.hidden,
+                                 unet_channels=spec.unet_channels, time_embed_dim=spec.time_embed_dim,
+                                 step_conditioned=spec.model == "shortcut")
+        low = torch.as_tensor(action_low, dtype=torch.float32).expand(spec.action_dim).clone()
+        high = torch.as_tensor(action_high, dtype=torch.float32).expand(spec.action_dim).clone()
+        if not bool(torch.all(high > low)):
+            raise ValueError(f"action bounds: expected high > low per dimension, got low={low.tolist()} high={high.tolist()}")
+        self.register_buffer("action_low", low)
+        self.register_buffer("action_high", high)
+        self.register_buffer("obs_mean", torch.zeros(spec.obs_dim))
+        self.register_buffer("obs_std", torch.ones(spec.obs_dim))
+        self.schedule: DiffusionSchedule | None = None
+        if spec.model == "diffusion":
+            make = DiffusionSchedule.cosine if spec.schedule == "cosine" else DiffusionSchedule.linear
+            self.schedule = make(spec.diffusion_steps)
+
+    def set_normalization(self, mean: torch.Tensor, std: torch.Tensor, eps: float = 1e-3) -> None:
+        """Per-frame observation statistics (``std`` floored at ``eps``)."""
+        self.obs_mean.copy_(mean.reshape(-1).to(self.obs_mean))
+        self.obs_std.copy_(std.reshape(-1).to(self.obs_std).clamp_min(eps))
+
+    def cond(self, obs_history: torch.Tensor) -> torch.Tensor:
+        """The normalised condition of raw stacked frames ``[B, obs_history * obs_dim]`` (oldest first)."""
+        b = obs_history.shape[0]
+        frames = obs_history.reshape(b, self.spec.obs_history, self.spec.obs_dim)
+        return ((frames - self.obs_mean) / self.obs_std).reshape(b, -1)
+
+    def to_env(self, x: torch.Tensor) -> torch.Tensor:
+        """Model actions in ``[-1, 1]`` to env units (chunk or single actions)."""
+        return self.action_low + (x.clamp(-1.0, 1.0) + 1.0) * 0.5 * (self.action_high - self.action_low)
+
+    def from_env(self, a: torch.Tensor) -> torch.Tensor:
+        """Env actions to the model's ``[-1, 1]`` (clipped to the bounds first)."""
+        a = torch.maximum(torch.minimum(a, self.action_high), self.action_low)
+        return 2.0 * (a - self.action_low) / (self.action_high - self.action_low) - 1.0
+
+    def loss(self, obs_history: torch.Tensor, actions: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The model's training loss on raw stacked frames and env-unit chunks ``[B, H, A]``."""
+        cond, x1 = self.cond(obs_history), self.from_env(actions)
+        if self.spec.model == "flow":
+            return flow_matching_loss(self.net, x1, cond, weight=weight)
+        if self.spec.model == "shortcut":
+            if weight is not None:
+                raise ValueError("shortcut models take no per-sample weight")
+            return shortcut_loss(self.net, x1, cond)
+        return ddpm_loss(self.net, x1, cond, self.schedule, weight=weight)
+
+    def sample(self, obs_history: torch.Tensor, noise: torch.Tensor, steps: int) -> torch.Tensor:
+        """Env-unit chunks ``[B, H, A]`` from raw stacked frames and the initial ``noise`` ``[B, H, A]``
+        (deterministic: DDIM with ``eta = 0`` for diffusion, Euler for flows).
+        """
+        cond = self.cond(obs_history)
+        if self.spec.model == "diffusion":
+            x = ddim_sample(self.net, cond, noise, self.schedule, steps, eta=0.0, clip=1.0)
+        else:
+            x = flow_sample(self.net, cond, noise, steps, clip=1.0)
+        return self.to_env(x)
+
+    def checkpoint(self) -> dict:
+        """``{"spec": dict, "state": state_dict}``: what another learner or export rebuilds it from."""
+        return {"spec": self.spec.to_dict(), "state": {k: v.detach().clone() for k, v in self.state_dict().items()}}
+
+    @classmethod
+    def from_checkpoint(cls, data: dict) -> ChunkModel:
+        """The model :meth:`checkpoint` described (on the CPU)."""
+        spec = ChunkModelSpec.from_dict(dict(data["spec"]))
+        model = cls(spec, data["state"]["action_low"], data["state"]["action_high"])
+        model.load_state_dict(data["state"])
+        return model
+
+
+class ChunkSampler(nn.Module):
+    """``(obs_history, noise) -> chunk``: a :class:`ChunkModel` with a fixed number of steps, env
+    units in and out; what export traces (the noise an explicit input).
+    """
+
+    def __init__(self, model: ChunkModel, steps: int) -> None:
+        """Wrap ``model`` with ``steps`` sampling steps."""
+        super().__init__()
+        if model.schedule is not None:
+            model.schedule.timesteps(steps)
+        elif steps < 1:
+            raise ValueError(f"steps: expected >= 1, got {steps}")
+        self.model, self.steps = model, int(steps)
+
+    def forward(self, obs_history: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The chunk for ``obs_history`` ``[B, obs_history * obs_dim]`` and ``noise`` ``[B, H, A]``."""
+        return self.model.sample(obs_history, noise, self.steps)
