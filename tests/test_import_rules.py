@@ -78,7 +78,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "envs": frozenset({"sim", "spec", "types", "utils"}),
     "nn": frozenset({"types", "utils"}),
     "data": frozenset({"types", "utils"}),
-    "algos": frozenset({"nn", "data", "types", "utils"}),
+    "algos": frozenset({"nn", "data", "spec", "types", "utils"}),
     # runners read and compare policy specs (resume checks, load_policy): the typed spec of robolearn.spec.
     "runners": frozenset({"algos", "data", "logging", "spec", "types", "utils"}),
     "logging": frozenset({"utils"}),
