@@ -136,7 +136,7 @@ def build_maze_task(task: str, cfg: RecipeConfig) -> dict[str, Path]:
     (to the goal; its mean return is the expert reference) and ``diverse`` (to random cells, with the
     task's own goal reward). Each dataset's metadata has its success rate (last state inside the goal).
     """
-    from robolearn.tasks.navigation.planner import WaypointPlanner
+    from robolearn.tasks.navigation.planner import make_planner
     from robolearn.tasks.navigation.point_maze import GOAL_RADIUS, maze
 
     layout = task.split("-")[1]
@@ -153,7 +153,7 @@ def build_maze_task(task: str, cfg: RecipeConfig) -> dict[str, Path]:
 
             act = uniform_policy(env.ctrl_low.double(), env.ctrl_high.double(), gen)
         else:
-            act = WaypointPlanner(m, cfg.num_envs, noise=cfg.expert_noise, diverse=which == "diverse", generator=gen)
+            act = make_planner(layout, m, cfg.num_envs, noise=cfg.expert_noise, diverse=which == "diverse", generator=gen)
         try:
             return collect_episodes(env, act, transitions=cfg.transitions, seed=cfg.seed)
         finally:

@@ -6,12 +6,17 @@ target cell (BFS over open cells), and a PD command towards that cell's centre (
 point itself once in the target cell), clipped to the action bounds, plus Gaussian noise. With
 ``diverse`` every world walks to random open cells, a new one each time it arrives, so the data
 covers the maze but seldom ends at the goal (D4RL's "diverse" sets).
+
+``PointMaze-Fork``'s expert is :class:`ForkPlanner` instead (:func:`make_planner` picks): the cell
+graph has many equally short paths there, and BFS's tie-break would always take the same one; the
+fork planner draws the left or right route per episode, so the demonstrations have two modes.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .fork import SIDES, Side, route_waypoints
 from .point_maze import Maze
 
 KP = 4.0
@@ -62,4 +67,77 @@ class WaypointPlanner:
         return out.clamp(-1.0, 1.0).to(obs["policy"].dtype).to(obs["policy"].device)
 
 
-__all__ = ["KD", "KP", "WaypointPlanner"]
+NEW_EPISODE_JUMP = 0.5
+"""A world whose point moved farther than this (m) in one control step was reset: the point's top
+speed (about 2.5 m/s per axis, 0.05 s per step) covers under 0.2 m. Collection loops do not tell a
+plain callable policy where episodes end, so the fork planner reads it off the positions."""
+SWITCH_RADIUS = 0.5
+"""The fork planner moves on to the route's next waypoint within this distance (m) of the current one."""
+
+
+class ForkPlanner:
+    """Batched behaviour policy of ``PointMaze-Fork``: per world and per episode, the left or the
+    right route (a fair coin from ``generator``), followed waypoint by waypoint with a PD command.
+
+    The command towards the current waypoint is scaled down (not clipped per axis) to the action
+    bounds, so the point heads straight at the waypoint and the two routes' first actions are mirror
+    images (up-left, up-right) whose average points straight at the block. Gaussian noise is added
+    after, then the result is clipped. ``route[w]`` is world ``w``'s current route and ``choices``
+    every ``(world, route)`` drawn, in order.
+    """
+
+    def __init__(self, m: Maze, num_envs: int, *, noise: float = 0.1, generator: torch.Generator | None = None) -> None:
+        """``m``: the Fork maze; ``noise``: action noise std (action units)."""
+        if num_envs < 1:
+            raise ValueError(f"num_envs: expected an integer >= 1, got {num_envs!r}")
+        self.maze = m
+        self.noise = float(noise)
+        self.generator = generator or torch.Generator().manual_seed(0)
+        self.routes = {side: torch.tensor(route_waypoints(m, side), dtype=torch.float64) for side in SIDES}
+        self.route: list[Side] = ["left"] * num_envs
+        self.stage = torch.zeros(num_envs, dtype=torch.long)
+        self.choices: list[tuple[int, Side]] = []
+        self._last: torch.Tensor | None = None
+
+    def _new_episode(self, w: int) -> None:
+        side = SIDES[int(torch.randint(2, (1,), generator=self.generator))]
+        self.route[w] = side
+        self.stage[w] = 0
+        self.choices.append((w, side))
+
+    def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Actions for observations ``policy = [x, y, vx, vy, goal_x, goal_y]``."""
+        x = obs["policy"].detach().double().cpu()
+        pos, vel = x[:, :2], x[:, 2:4]
+        if self._last is None or self._last.shape != pos.shape:
+            new = torch.ones(pos.shape[0], dtype=torch.bool)
+        else:
+            new = torch.linalg.vector_norm(pos - self._last, dim=1) > NEW_EPISODE_JUMP
+        self._last = pos.clone()
+        out = torch.empty(x.shape[0], 2, dtype=torch.float64)
+        for w in range(x.shape[0]):
+            if new[w]:
+                self._new_episode(w)
+            path = self.routes[self.route[w]]
+            k = int(self.stage[w])
+            if k < len(path) - 1 and float(torch.linalg.vector_norm(path[k] - pos[w])) < SWITCH_RADIUS:
+                k += 1
+                self.stage[w] = k
+            cmd = KP * (path[k] - pos[w]) - KD * vel[w]
+            out[w] = cmd / max(1.0, float(cmd.abs().max()))
+        out += self.noise * torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
+        return out.clamp(-1.0, 1.0).to(obs["policy"].dtype).to(obs["policy"].device)
+
+
+def make_planner(layout: str, m: Maze, num_envs: int, *, noise: float = 0.1, diverse: bool = False,
+                 generator: torch.Generator | None = None) -> WaypointPlanner | ForkPlanner:
+    """The behaviour policy of the ``layout`` maze's planner datasets: :class:`ForkPlanner` for the
+    Fork's goal-directed data, else (every D4RL layout, and the Fork's ``diverse`` data, which walks
+    to random cells) :class:`WaypointPlanner`, exactly as before the Fork existed.
+    """
+    if layout == "Fork" and not diverse:
+        return ForkPlanner(m, num_envs, noise=noise, generator=generator)
+    return WaypointPlanner(m, num_envs, noise=noise, diverse=diverse, generator=generator)
+
+
+__all__ = ["KD", "KP", "NEW_EPISODE_JUMP", "SWITCH_RADIUS", "ForkPlanner", "WaypointPlanner", "make_planner"]

@@ -1,4 +1,4 @@
-"""``PointMaze-UMaze`` / ``-Medium`` / ``-Large`` (and ``-Dense``): a force-driven point mass in a maze.
+"""``PointMaze-UMaze`` / ``-Medium`` / ``-Large`` / ``-Fork`` (and ``-Dense``): a force-driven point mass in a maze.
 
 The AntMaze situation sized for a CPU: a long-horizon navigation task with a **sparse** reward,
 where offline data that rarely reaches the goal plus online fine-tuning is the interesting regime.
@@ -15,6 +15,10 @@ Reward: sparse, 1.0 while the point is strictly within :data:`GOAL_RADIUS` (0.5 
 else 0.0; the ``-Dense`` variants reward ``exp(-distance)`` instead. No termination (as maze2d):
 episodes end at the time limit (UMaze 300, Medium 600, Large 800 control steps), so a good policy
 reaches the goal and stays. Success: the episode's last state is inside the goal radius.
+
+``PointMaze-Fork`` (not in D4RL; 150 steps) is the multimodal task: a block between start and goal
+and two mirror-image routes around it; its planner (:class:`~.planner.ForkPlanner`) picks one at
+random per episode, and :mod:`.fork` says which corridor a trajectory took.
 """
 
 from __future__ import annotations
@@ -63,11 +67,27 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
         "#..#...#..G#",
         "############",
     ),
+    # Not from D4RL: the multimodal task. A 3x2 block between start (bottom centre) and goal (top
+    # centre), 2-cell corridors on either side: the left and right routes are mirror images, so
+    # equally short, and a policy that averages them drives straight up into the block.
+    "Fork": (
+        "#########",
+        "#...G...#",
+        "#.......#",
+        "#..###..#",
+        "#..###..#",
+        "#.......#",
+        "#...S...#",
+        "#########",
+    ),
 }
 """The mazes, row 0 at the top (largest y)."""
 
-EPISODE_LENGTH: dict[str, int] = {"UMaze": 300, "Medium": 600, "Large": 800}
-"""Control steps per episode (maze2d's time limits)."""
+EPISODE_LENGTH: dict[str, int] = {"UMaze": 300, "Medium": 600, "Large": 800, "Fork": 150}
+"""Control steps per episode (maze2d's time limits; Fork's path is about 8.5 m, some 90 steps)."""
+
+_ORIGIN: dict[str, str] = {"Fork": " (two equally short routes around a central block)"}
+"""How a layout not from D4RL describes itself."""
 
 
 @dataclass(frozen=True)
@@ -238,7 +258,7 @@ def point_maze_cfg(layout: str = "UMaze", dense: bool = False) -> TaskCfg:
         rewards={"goal": reward},
         initial_state=InitialState(start_noise),
         success=SuccessTerm(at_goal, params=where),
-        description=f"point mass in the {layout} maze of D4RL maze2d; {'dense' if dense else 'sparse'} goal reward",
+        description=f"point mass in the {layout} maze{_ORIGIN.get(layout, ' of D4RL maze2d')}; {'dense' if dense else 'sparse'} goal reward",
     )
 
 
