@@ -1,0 +1,8 @@
+"""Flow Q-learning: config, pure losses, the one-step policy and the agent's verbs."""
+
+from robolearn.algos.fql.agent import FQL
+from robolearn.algos.fql.config import FQLConfig
+from robolearn.algos.fql.losses import actor_loss, aggregate, critic_loss, flow_actions, flow_loss
+from robolearn.algos.fql.networks import OneStepPolicy
+
+__all__ = ["FQL", "FQLConfig", "OneStepPolicy", "actor_loss", "aggregate", "critic_loss", "flow_actions", "flow_loss"]
