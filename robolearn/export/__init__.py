@@ -1,5 +1,8 @@
-"""Policy export: ONNX/TorchScript with normalisation folded in, and the typed I/O manifest."""
+"""Policy export: ONNX/TorchScript with normalisation folded in, and the typed I/O manifest;
+chunked generative policies export their sampler with the noise as an input (``chunked``).
+"""
 
+from robolearn.export.chunked import chunk_runner, export_chunk_policy, export_generative
 from robolearn.export.exporter import (
     FORMATS,
     MANIFEST_VERSION,
@@ -20,6 +23,9 @@ __all__ = [
     "ExportError",
     "ExportManifest",
     "build_manifest",
+    "chunk_runner",
+    "export_chunk_policy",
+    "export_generative",
     "export_policy",
     "load_manifest",
     "read_manifest",

@@ -22,10 +22,22 @@ of their widths and refuses a privileged group among them; the manifest's ``obs`
 groups with their columns (``inputs[0].groups``: group, start, dim, ...) and the deploy runtime
 builds each group from the robot's readings and concatenates them in that order.
 
+A **chunked generative policy** (``robolearn.nn.generative``: a flow or diffusion model over action
+chunks, run through ``robolearn.spec.chunking.ChunkExecutor``) exports its *sampler* with a fixed
+number of steps and the sampler's noise as an explicit input: ``obs`` ``[B, obs_history * D]``
+(the stacked frames, oldest first) and ``noise`` ``[B, H, A]`` (standard normal) in, ``chunk``
+``[B, H, A]`` (env units) out, a deterministic function of both (:func:`export_chunk_policy`,
+:func:`export_generative` for a learner with ``sampler_module(steps, one_step)``). The caller runs
+the chunk execution and draws the noise; the manifest (version 4) says how (``chunking``: the
+``ChunkSpec``; ``sampler``: model kind, steps, one-step head, the noise input's name, shape and
+distribution), and the parity check compares torch and the exported graph over several non-zero
+noise draws.
+
 Manifest versions: a policy with neither hidden state nor several input groups is written as
 version 2 (the layout it needs, so a runtime that predates recurrent policies still loads it);
 a recurrent or multi-group one as version 3, which such a runtime refuses rather than run the
-network without its state or with only part of its input.
+network without its state or with only part of its input; a chunked one as version 4, which a
+runtime without chunk execution refuses rather than play a chunk as one action.
 """
 
 from __future__ import annotations
@@ -49,25 +61,31 @@ import torch
 from torch import nn
 
 from robolearn.spec import PolicySpec
-from robolearn.spec.manifest import SpecError, StateSpec, load_states
+from robolearn.spec.manifest import ChunkPolicySpec, SpecError, StateSpec, load_states
 from robolearn.types import assert_reads
 from robolearn.utils.config import ConfigError, read_json_object
 from robolearn.utils.version import VERSION
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
 """The newest manifest layout; 2 adds ``policy_spec`` (the typed spec, validated on load), 3 adds
 ``recurrent`` (the hidden states a recurrent network reads and returns) and ``inputs[0].groups``
-(the observation groups a multi-group input concatenates). Single-group feed-forward policies are
-still written as version 2 (:data:`FEEDFORWARD_MANIFEST_VERSION`)."""
+(the observation groups a multi-group input concatenates), 4 adds ``chunking`` and ``sampler`` (a
+chunked generative policy). Each policy is written in the oldest layout that holds it: single-group
+feed-forward policies still as version 2 (:data:`FEEDFORWARD_MANIFEST_VERSION`), recurrent and
+multi-group ones as version 3 (:data:`STATEFUL_MANIFEST_VERSION`), only chunked ones as 4."""
 FEEDFORWARD_MANIFEST_VERSION = 2
 """The layout a single-group policy without hidden state is written in (the oldest one with a typed spec)."""
+STATEFUL_MANIFEST_VERSION = 3
+"""The layout of a recurrent or multi-group policy."""
+CHUNKED_MANIFEST_VERSION = 4
+"""The layout of a chunked generative policy (``chunking`` and ``sampler`` sections)."""
 INPUT_GROUP_FIELDS = ("group", "start", "dim", "shape", "history_length", "terms")
 """Fields of one entry of a multi-group input's ``inputs[0].groups`` (manifest version 3)."""
-READABLE_MANIFESTS = (1, 2, 3)
+READABLE_MANIFESTS = (1, 2, 3, 4)
 """Manifest versions :func:`load_manifest` reads (1: hashes verified, no typed spec)."""
-TYPED_MANIFESTS = (2, 3)
+TYPED_MANIFESTS = (2, 3, 4)
 """Manifest versions with a typed policy spec (:class:`ExportManifest` reads them)."""
 PARITY_STEPS = 50
 """Control steps of the recurrent parity sequence (the state carried through all of them)."""
@@ -465,6 +483,9 @@ class ExportManifest:
     """The observation groups the network's input row concatenates, in order (empty: ``obs_group``
     alone; normalised to ``(obs_group,)``). Several are written under ``inputs[0].groups``
     (manifest version 3)."""
+    chunk: ChunkPolicySpec | None = None
+    """A chunked generative policy's chunk execution and sampler (``None``: the network maps one
+    observation to one action). Written as ``chunking`` and ``sampler`` (manifest version 4)."""
 
     def __post_init__(self) -> None:
         """Normalise :attr:`obs_groups` (it starts with :attr:`obs_group`)."""
@@ -472,6 +493,8 @@ class ExportManifest:
         if groups[0] != self.obs_group:
             raise ValueError(f"obs_groups: expected the input groups to start with obs_group {self.obs_group!r}, got {list(groups)}")
         object.__setattr__(self, "obs_groups", groups)
+        if self.chunk is not None and (self.states or len(groups) > 1):
+            raise ValueError("chunk: a chunked policy has one input group and no recurrent state")
 
     @property
     def recurrent(self) -> bool:
@@ -484,14 +507,30 @@ class ExportManifest:
         return len(self.obs_groups) > 1
 
     @property
-    def obs_dim(self) -> int:
-        """Width of the network's ``obs`` input: the input groups' widths summed."""
+    def chunked(self) -> bool:
+        """Whether the network is a chunk sampler (``obs``, ``noise`` in; a chunk of actions out)."""
+        return self.chunk is not None
+
+    @property
+    def frame_dim(self) -> int:
+        """Width of one observation frame the robot's readings give: the input groups' widths summed."""
         return sum(math.prod(self.spec.observations[g].shape) for g in self.obs_groups)
 
     @property
+    def obs_dim(self) -> int:
+        """Width of the network's ``obs`` input: :attr:`frame_dim`, times the chunk's observation
+        history for a chunked policy (its frames stacked, oldest first).
+        """
+        return self.frame_dim * (self.chunk.chunking.obs_history if self.chunk is not None else 1)
+
+    @property
     def version(self) -> int:
-        """The layout this manifest is written in: 3 with hidden states or several input groups, else 2."""
-        return MANIFEST_VERSION if self.states or self.multi_group else FEEDFORWARD_MANIFEST_VERSION
+        """The layout this manifest is written in: 4 when chunked, 3 with hidden states or several
+        input groups, else 2.
+        """
+        if self.chunk is not None:
+            return CHUNKED_MANIFEST_VERSION
+        return STATEFUL_MANIFEST_VERSION if self.states or self.multi_group else FEEDFORWARD_MANIFEST_VERSION
 
     def group_columns(self) -> dict[str, tuple[int, int]]:
         """Each input group's columns ``(start, stop)`` in the network's ``obs`` row, in order."""
@@ -524,6 +563,8 @@ class ExportManifest:
         outputs: list[dict[str, Any]] = [
             {"name": "action", "shape": [-1, self.spec.action_dim], "dtype": "float32", "terms": spec["actions"]}
         ]
+        if self.chunk is not None:
+            inputs, outputs = self._chunked_io(inputs[0], spec)
         for state in self.states:
             inputs.append({"name": state.input, "state": state.name, "shape": [-1, *state.shape], "dtype": state.dtype})
             outputs.append({"name": state.output, "state": state.name, "shape": [-1, *state.shape], "dtype": state.dtype})
@@ -546,8 +587,26 @@ class ExportManifest:
                 "states": [s.to_dict() for s in self.states],
                 "parity_steps": self.parity_steps,
             }
+        if self.chunk is not None:
+            # Version 4 only: how to run the sampler (ChunkExecutor) and draw its noise.
+            manifest.update(self.chunk.to_dict())
         manifest["content_hash"] = _content_hash(manifest)
         return manifest
+
+    def _chunked_io(self, obs: dict[str, Any], spec: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The ``inputs`` (``obs``: the stacked frames; the noise) and ``outputs`` (the chunk) of a
+        chunked policy's network, from the single-group ``obs`` entry.
+        """
+        assert self.chunk is not None
+        sampler, chunking = self.chunk.sampler, self.chunk.chunking
+        shape = [-1, *sampler.noise_shape]
+        stacked = {**obs, "shape": [-1, self.obs_dim], "chunk_history": chunking.obs_history,
+                   "stacking": "the last chunking.obs_history frames, oldest first"}
+        noise = {"name": sampler.noise_input, "shape": shape, "dtype": "float32",
+                 "distribution": sampler.noise_distribution}
+        chunk = {"name": sampler.output, "shape": shape, "dtype": "float32", "units": "env actions (the chunk's steps in order)",
+                 "terms": spec["actions"]}
+        return [stacked, noise], [chunk]
 
     def _multi_group_input(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The ``obs`` input entry of a multi-group network: each group with its columns in the row.
@@ -576,6 +635,7 @@ class ExportManifest:
         spec = PolicySpec.from_dict(data.get("policy_spec"), f"{where}.policy_spec")
         groups = _read_input_groups(data, version, spec, where)
         states, steps = _read_recurrent(data, version, where, multi_group=len(groups) > 1)
+        chunk = _read_chunk(data, version, spec, where)
         try:
             inp = data["inputs"][0]
             if inp["name"] != "obs":
@@ -585,19 +645,30 @@ class ExportManifest:
                 for fmt, e in data["files"].items()
             }
             names = [str(e["name"]) for e in data["inputs"]], [str(e["name"]) for e in data["outputs"]]
-            return cls(spec, groups[0], files, int(data["parity_samples"]), str(data["created"]), str(data["robolearn_version"]),
-                       states=states, parity_steps=steps, obs_groups=groups)._check_names(names, where)
+            manifest = cls(spec, groups[0], files, int(data["parity_samples"]), str(data["created"]),
+                           str(data["robolearn_version"]), states=states, parity_steps=steps, obs_groups=groups,
+                           chunk=chunk)._check_names(names, where)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ExportError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+        if chunk is not None and inp.get("shape") != [-1, manifest.obs_dim]:
+            raise SpecError(
+                f"{where}.inputs[0].shape: expected [-1, {manifest.obs_dim}] (chunking.obs_history "
+                f"{chunk.chunking.obs_history} frames of {manifest.frame_dim}), got {inp.get('shape')!r}"
+            )
+        return manifest
 
     def _check_names(self, names: tuple[list[str], list[str]], where: str) -> ExportManifest:
         """``self`` when the listed inputs and outputs are the network's (``obs`` and the state
         inputs; ``action`` and the state outputs), else :class:`ExportError` naming the list.
         """
-        want = ["obs", *(s.input for s in self.states)], ["action", *(s.output for s in self.states)]
+        if self.chunk is not None:
+            sampler = self.chunk.sampler
+            want, source = (["obs", sampler.noise_input], [sampler.output]), "sampler"
+        else:
+            want, source = (["obs", *(s.input for s in self.states)], ["action", *(s.output for s in self.states)]), "recurrent.states"
         for key, got, expected in zip(("inputs", "outputs"), names, want, strict=True):
             if got != expected:
-                raise ExportError(f"{where}.{key}: expected the tensors {expected} (recurrent.states), got {got}")
+                raise ExportError(f"{where}.{key}: expected the tensors {expected} ({source}), got {got}")
         return self
 
     def check_compatible(self, robot: PolicySpec) -> None:
@@ -620,7 +691,7 @@ def _read_input_groups(data: Mapping[str, Any], version: int, spec: PolicySpec, 
     except (KeyError, TypeError, IndexError) as exc:
         raise ExportError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
     w = f"{where}.inputs[0].groups"
-    if version < MANIFEST_VERSION:
+    if version != STATEFUL_MANIFEST_VERSION:
         raise ExportError(f"{w}: a version-{version} manifest has one input group (version 3 lists several)")
     if not isinstance(listed, list) or len(listed) < 2:
         raise SpecError(f"{w}: expected a list of two or more groups (one group is written as inputs[0].group), got {listed!r}")
@@ -662,7 +733,7 @@ def _read_recurrent(data: Mapping[str, Any], version: int, where: str,
     version-3 manifest without one is a feed-forward multi-group network's).
     """
     section = data.get("recurrent")
-    if version < MANIFEST_VERSION:
+    if version != STATEFUL_MANIFEST_VERSION:
         if section is not None:
             raise ExportError(f"{where}.recurrent: a version-{version} manifest has no recurrent section (version 3 has)")
         return (), 0
@@ -682,6 +753,18 @@ def _read_recurrent(data: Mapping[str, Any], version: int, where: str,
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise SpecError(f"{w}.parity_steps: expected an integer >= 0, got {steps!r}")
     return states, steps
+
+
+def _read_chunk(data: Mapping[str, Any], version: int, spec: PolicySpec, where: str) -> ChunkPolicySpec | None:
+    """A version-4 manifest's ``chunking`` and ``sampler`` sections, validated (the noise shape is
+    ``[horizon, action_dim]``); none before version 4, where either section is refused.
+    """
+    if version != CHUNKED_MANIFEST_VERSION:
+        for key in ("chunking", "sampler"):
+            if key in data:
+                raise ExportError(f"{where}.{key}: a version-{version} manifest has no {key} section (version 4 has)")
+        return None
+    return ChunkPolicySpec.from_dict(data, where, action_dim=spec.action_dim)
 
 
 def _content_hash(manifest: Mapping[str, Any]) -> str:

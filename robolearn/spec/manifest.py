@@ -28,6 +28,13 @@ state tensor the exported network reads and returns (names, shape, dtype, initia
 rule); the export manifest lists them (``robolearn.export``, manifest version 3), and
 :func:`load_states` reads such a list back, validated like the spec.
 
+A chunked generative policy (``robolearn.nn.generative``) is run through
+:class:`robolearn.spec.chunking.ChunkExecutor`: :class:`ChunkPolicySpec` records its chunk execution
+(``ChunkSpec``: horizon, execute, observation history, ensembling) and its exported sampler
+(:class:`SamplerSpec`: model kind, steps, one-step head, the noise input, its shape and
+distribution); the export manifest writes them as its ``chunking`` and ``sampler`` sections
+(manifest version 4, chunked policies only).
+
 Numbers that may be infinite (action bounds, clip ranges) are written as the strings ``"inf"`` and
 ``"-inf"``, which JSON lacks as numbers; NaN is never valid.
 """
@@ -43,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from robolearn.spec.chunking import ENSEMBLES, ChunkSpec
 from robolearn.types import DEPLOYABLE_GROUPS, OBS_GROUPS
 from robolearn.utils.config import ConfigError
 
@@ -443,6 +451,119 @@ def load_states(data: Any, where: str = "states", reserved: Sequence[str] = ("ob
     return states
 
 
+
+# -- chunked generative policies (export manifest version 4) ---------------------------------------
+NOISE_DISTRIBUTIONS = ("standard_normal",)
+"""Distributions a sampler's noise input may be drawn from: i.i.d. ``N(0, 1)`` per number."""
+SAMPLER_MODELS = ("flow", "shortcut", "diffusion")
+"""Generative model kinds a chunk sampler may be (``robolearn.nn.generative.MODELS``)."""
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """The exported sampler of a chunked generative policy: which model, how many steps, and the
+    noise input the caller draws (the network is a deterministic function of ``obs`` and the noise).
+    """
+
+    model: Literal["flow", "shortcut", "diffusion"]
+    """Generative model kind: rectified flow (Euler steps), shortcut flow, or DDPM sampled by DDIM."""
+    backbone: str
+    """The denoiser's backbone (``mlp``, ``unet``)."""
+    steps: int = field(metadata=_min(1))
+    """Sampling steps baked into the network (Euler steps; DDIM steps for diffusion)."""
+    one_step: bool = False
+    """Whether the network is the distilled one-step head (a flow sampled in one step)."""
+    noise_input: str = "noise"
+    """Name of the network input that takes the noise."""
+    noise_shape: tuple[int, ...] = ()
+    """One world's noise: ``[horizon, action_dim]``; the network's is ``[batch, *noise_shape]``."""
+    noise_distribution: Literal["standard_normal"] = "standard_normal"
+    """How the caller draws the noise: i.i.d. standard normal (zeros: the distribution's mode, a
+    deterministic deployment)."""
+    output: str = "chunk"
+    """Name of the network output: the action chunk ``[batch, horizon, action_dim]`` in env units."""
+    parity_draws: int = field(default=1, metadata=_min(1))
+    """Noise draws the export-time parity check compared (each over the parity observations)."""
+
+    def validate(self, where: str = "sampler") -> None:
+        """Check the relations between fields (``from_dict`` of :class:`ChunkPolicySpec` calls it)."""
+        for name in ("noise_input", "output"):
+            if not getattr(self, name).isidentifier() or getattr(self, name) == "obs":
+                raise SpecError(f"{where}.{name}: expected an identifier other than 'obs', got {getattr(self, name)!r}")
+        if self.noise_input == self.output:
+            raise SpecError(f"{where}.output: {self.output!r} is also the noise input's name")
+        if len(self.noise_shape) != 2 or any(d < 1 for d in self.noise_shape):
+            raise SpecError(f"{where}.noise_shape: expected [horizon, action_dim], two sizes >= 1, got {list(self.noise_shape)}")
+        if self.one_step and (self.steps != 1 or self.model != "flow"):
+            raise SpecError(
+                f"{where}.one_step: the one-step head is a flow sampled in 1 step, got model={self.model!r} steps={self.steps}"
+            )
+
+
+@dataclass(frozen=True)
+class ChunkPolicySpec:
+    """How a chunked generative policy is run: its chunk execution (``robolearn.spec.chunking``:
+    horizon, execute, observation history, temporal ensembling) and its exported sampler. The export
+    manifest (version 4) writes them as its ``chunking`` and ``sampler`` sections.
+    """
+
+    chunking: ChunkSpec
+    """Horizon ``H``, actions executed per plan ``k``, observation history, ensembling."""
+    sampler: SamplerSpec
+    """The sampler baked into the network and its noise input."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"chunking": ChunkSpec.to_dict(), "sampler": ...}`` as JSON values."""
+        return {"chunking": _plain(self.chunking.to_dict()), "sampler": _dump(self.sampler)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "manifest", action_dim: int | None = None) -> ChunkPolicySpec:
+        """Read and validate both sections (:class:`SpecError` names the field and the value); the
+        noise shape must be ``[chunking.horizon, action_dim]`` (``action_dim`` when given).
+        """
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        section = data.get("chunking")
+        if not isinstance(section, Mapping):
+            raise SpecError(f"{where}.chunking: expected an object with {', '.join(ChunkSpec.__dataclass_fields__)}, got {section!r}")
+        missing = [k for k in ChunkSpec.__dataclass_fields__ if k not in section]
+        if missing:
+            raise SpecError(f"{where}.chunking.{missing[0]}: missing")
+        try:
+            chunking = _load_dataclass(ChunkSpec, section, f"{where}.chunking")
+        except ValueError as exc:
+            if isinstance(exc, SpecError):
+                raise
+            # ChunkSpec's own checks name the field first ("execute: expected 1..horizon ...").
+            raise SpecError(f"{where}.chunking.{exc}") from None
+        raw = data.get("sampler")
+        if not isinstance(raw, Mapping):
+            raise SpecError(f"{where}.sampler: expected an object with {', '.join(SamplerSpec.__dataclass_fields__)}, got {raw!r}")
+        sampler = _load_dataclass(SamplerSpec, raw, f"{where}.sampler")
+        sampler.validate(f"{where}.sampler")
+        want = [chunking.horizon, action_dim if action_dim is not None else sampler.noise_shape[1]]
+        if list(sampler.noise_shape) != want:
+            raise SpecError(f"{where}.sampler.noise_shape: expected {want} ([chunking.horizon, action_dim]), got {list(sampler.noise_shape)}")
+        return cls(chunking, sampler)
+
+    @staticmethod
+    def json_schema() -> dict[str, Any]:
+        """The JSON schema (draft 2020-12) of the manifest's ``chunking`` and ``sampler`` sections."""
+        from robolearn.spec.schema import schema_of
+
+        schema = schema_of(ChunkPolicySpec, "robolearn chunked generative policy (manifest version 4)")
+        # ChunkSpec belongs to spec.chunking and carries no field metadata: its ranges and choices
+        # are its __post_init__ checks, repeated here so that tools outside robolearn see them.
+        chunk = schema["$defs"]["ChunkSpec"]
+        chunk["required"] = list(chunk["properties"])
+        for name in ("horizon", "execute", "obs_history"):
+            chunk["properties"][name] = {**chunk["properties"][name], "minimum": 1}
+        chunk["properties"]["ensemble"] = {"enum": list(ENSEMBLES)}
+        decay = chunk["properties"]["ensemble_decay"]
+        chunk["properties"]["ensemble_decay"] = {"anyOf": [{**decay["anyOf"][0], "minimum": 0}]}  # finite: no "inf"
+        return schema
+
+
 def _check_range(value: tuple[float, float] | None, where: str) -> None:
     if value is not None and value[0] > value[1]:
         raise SpecError(f"{where}: low {value[0]} is above high {value[1]}")
@@ -650,13 +771,17 @@ __all__ = [
     "READABLE_VERSIONS",
     "SPEC_VERSION",
     "STATE_DTYPES",
+    "NOISE_DISTRIBUTIONS",
+    "SAMPLER_MODELS",
     "ActionTermSpec",
+    "ChunkPolicySpec",
     "DelaySpec",
     "ModelSpec",
     "NoiseSpec",
     "ObsGroupSpec",
     "ObsTermSpec",
     "PolicySpec",
+    "SamplerSpec",
     "SpecError",
     "SpecMismatch",
     "StateSpec",
