@@ -188,33 +188,63 @@ def _check_dims(horizon: int, action_dim: int, cond_dim: int) -> None:
 
 
 # -- flow matching -------------------------------------------------------------------------------
+def _weighted_mean(err: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """Mean of the elementwise error ``err`` ``[B, H, A]``: plain, or weighted by ``weight`` ``[B]``
+    (per sample) or ``[B, H]`` (per chunk step, e.g. a mask of padded steps), over the weight's sum.
+    """
+    if weight is None:
+        return err.mean()
+    w = weight.to(err.dtype)
+    if w.dim() == 1:
+        w = w.reshape(-1, *([1] * (err.dim() - 1))).expand_as(err)
+    elif w.dim() == 2 and err.dim() == 3:
+        w = w.unsqueeze(-1).expand_as(err)
+    else:
+        raise ValueError(f"weight: expected [B] or [B, H] for errors {tuple(err.shape)}, got {tuple(weight.shape)}")
+    return (err * w).sum() / w.sum().clamp_min(1e-8)
+
+
 def flow_matching_loss(net: nn.Module, actions: torch.Tensor, cond: torch.Tensor, *,
                        noise: torch.Tensor | None = None, t: torch.Tensor | None = None,
-                       weight: torch.Tensor | None = None) -> torch.Tensor:
+                       weight: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Rectified-flow loss: ``|net(x_t, t, cond) - (x1 - x0)|^2`` averaged over the chunk, with
     ``x1 = actions``, ``x0 = noise`` (standard normal when not given) and ``t ~ U[0, 1)`` (when not
-    given). ``weight`` ``[B]`` weights samples (e.g. a padding mask); the mean is over its sum.
+    given), drawn from ``generator`` (the global stream when ``None``). ``weight`` ``[B]`` or
+    ``[B, H]`` weights samples or chunk steps (e.g. a padding mask); the mean is over its sum.
     """
     x1 = actions
-    x0 = torch.randn_like(x1) if noise is None else noise
+    x0 = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype) if noise is None else noise
     if t is None:
-        t = torch.rand(x1.shape[0], device=x1.device, dtype=x1.dtype)
+        t = torch.rand(x1.shape[0], generator=generator, device=x1.device, dtype=x1.dtype)
     tt = t.reshape(-1, *([1] * (x1.dim() - 1)))
     xt = (1.0 - tt) * x0 + tt * x1
     kwargs = {"d": torch.zeros_like(t)} if getattr(net, "step_conditioned", False) else {}
-    err = (net(xt, t, cond, **kwargs) - (x1 - x0)).pow(2).flatten(1).mean(1)
-    if weight is None:
-        return err.mean()
-    return (err * weight).sum() / weight.sum().clamp_min(1e-8)
+    return _weighted_mean((net(xt, t, cond, **kwargs) - (x1 - x0)).pow(2), weight)
 
 
-def shortcut_loss(net: nn.Module, actions: torch.Tensor, cond: torch.Tensor, *, max_log2_steps: int = 7,
-                  consistency_fraction: float = 0.25) -> torch.Tensor:
+SHORTCUT_LOG2_STEPS = 7
+"""Shortcut models train step sizes ``2d`` in ``1, 1/2, ..., 2^-(L-1)`` (``L`` this constant, the
+default of :func:`shortcut_loss`): 1 to 64 Euler steps. A step finer than ``2^-(L-1)`` is the plain
+flow-matching velocity (``d = 0``), both as the base of the self-consistency targets and in
+:func:`flow_sample`, so the recursion is grounded in what flow matching trains.
+"""
+
+
+def _shortcut_d(d: torch.Tensor, max_log2_steps: int) -> torch.Tensor:
+    """``d`` as the backbone is told it: 0 (flow matching) below the finest trained step size."""
+    return torch.where(d < 2.0 ** -(max_log2_steps - 1), torch.zeros_like(d), d)
+
+
+def shortcut_loss(net: nn.Module, actions: torch.Tensor, cond: torch.Tensor, *,
+                  max_log2_steps: int = SHORTCUT_LOG2_STEPS, consistency_fraction: float = 0.25,
+                  weight: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Shortcut-model loss (Frans et al. 2025, "One Step Diffusion via Shortcut Models"): flow
     matching at step size ``d = 0`` on part of the batch, and on the rest (``consistency_fraction``)
     self-consistency: one step of ``2d`` equals two steps of ``d`` (their mean velocity, no gradient
-    through the target), for ``d = 2^-j``, ``j`` in ``1..max_log2_steps`` and ``t`` on the ``2d`` grid.
-    The model then samples in 1, 2, 4, ... steps.
+    through the target), for ``d = 2^-j``, ``j`` in ``1..max_log2_steps`` and ``t`` on the ``2d`` grid;
+    the finest half step ``2^-max_log2_steps`` is queried as flow matching (``d = 0``,
+    :data:`SHORTCUT_LOG2_STEPS`). The model then samples in 1, 2, 4, ... steps. ``weight`` as in
+    :func:`flow_matching_loss`; randomness from ``generator``.
     """
     if not getattr(net, "step_conditioned", False):
         raise ValueError("shortcut_loss needs a step-conditioned backbone (step_conditioned=True)")
@@ -222,22 +252,27 @@ def shortcut_loss(net: nn.Module, actions: torch.Tensor, cond: torch.Tensor, *, 
         raise ValueError(f"consistency_fraction: expected a value in (0, 1), got {consistency_fraction}")
     b = actions.shape[0]
     n_sc = max(1, int(round(b * consistency_fraction)))
-    fm = flow_matching_loss(net, actions[n_sc:], cond[n_sc:]) if b - n_sc > 0 else actions.new_zeros(())
+    w_sc = None if weight is None else weight[:n_sc]
+    w_fm = None if weight is None else weight[n_sc:]
+    fm = (flow_matching_loss(net, actions[n_sc:], cond[n_sc:], weight=w_fm, generator=generator)
+          if b - n_sc > 0 else actions.new_zeros(()))
     x1, c = actions[:n_sc], cond[:n_sc]
-    j = torch.randint(1, max_log2_steps + 1, (n_sc,), device=x1.device)
-    d = torch.pow(2.0, -j.to(x1.dtype))  # the half step; the model is trained at 2d
+    dev, dt = x1.device, x1.dtype
+    j = torch.randint(1, max_log2_steps + 1, (n_sc,), device=dev, generator=generator)
+    d = torch.pow(2.0, -j.to(dt))  # the half step; the model is trained at 2d
     # t on the grid of 2d steps: t = m * 2d, m in [0, 1/(2d))
-    m = torch.floor(torch.rand(n_sc, device=x1.device, dtype=x1.dtype) / (2.0 * d))
+    m = torch.floor(torch.rand(n_sc, device=dev, dtype=dt, generator=generator) / (2.0 * d))
     t = m * 2.0 * d
-    x0 = torch.randn_like(x1)
+    x0 = torch.randn(x1.shape, generator=generator, device=dev, dtype=dt)
     tt = t.reshape(-1, 1, 1)
     xt = (1.0 - tt) * x0 + tt * x1
     with torch.no_grad():
-        v1 = net(xt, t, c, d)
+        dq = _shortcut_d(d, max_log2_steps)
+        v1 = net(xt, t, c, dq)
         x_mid = xt + d.reshape(-1, 1, 1) * v1
-        v2 = net(x_mid, t + d, c, d)
+        v2 = net(x_mid, t + d, c, dq)
         target = 0.5 * (v1 + v2)
-    sc = (net(xt, t, c, 2.0 * d) - target).pow(2).flatten(1).mean(1).mean()
+    sc = _weighted_mean((net(xt, t, c, 2.0 * d) - target).pow(2), w_sc)
     frac = n_sc / b
     return (1.0 - frac) * fm + frac * sc
 
@@ -245,7 +280,8 @@ def shortcut_loss(net: nn.Module, actions: torch.Tensor, cond: torch.Tensor, *, 
 def flow_sample(net: nn.Module, cond: torch.Tensor, noise: torch.Tensor, steps: int,
                 clip: float | None = None) -> torch.Tensor:
     """Euler integration of the flow from ``noise`` (``t = 0``) to a chunk (``t = 1``) in ``steps``
-    equal steps; a shortcut backbone is told the step size. ``clip`` bounds the result.
+    equal steps; a shortcut backbone is told the step size (0 for steps finer than it was trained
+    on, :data:`SHORTCUT_LOG2_STEPS`). ``clip`` bounds the result.
     """
     if steps < 1:
         raise ValueError(f"steps: expected >= 1, got {steps}")
@@ -255,7 +291,7 @@ def flow_sample(net: nn.Module, cond: torch.Tensor, noise: torch.Tensor, steps: 
     shortcut = getattr(net, "step_conditioned", False)
     for k in range(steps):
         t = torch.full((b,), k * dt, device=noise.device, dtype=noise.dtype)
-        v = net(x, t, cond, torch.full_like(t, dt)) if shortcut else net(x, t, cond)
+        v = net(x, t, cond, _shortcut_d(torch.full_like(t, dt), SHORTCUT_LOG2_STEPS)) if shortcut else net(x, t, cond)
         x = x + dt * v
     return x.clamp(-clip, clip) if clip is not None else x
 
@@ -311,20 +347,18 @@ class DiffusionSchedule:
 
 def ddpm_loss(net: nn.Module, actions: torch.Tensor, cond: torch.Tensor, schedule: DiffusionSchedule, *,
               noise: torch.Tensor | None = None, k: torch.Tensor | None = None,
-              weight: torch.Tensor | None = None) -> torch.Tensor:
+              weight: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Epsilon-prediction loss: ``|net(x_k, k/T, cond) - eps|^2`` with
-    ``x_k = sqrt(ab_k) x + sqrt(1 - ab_k) eps``, ``k`` uniform over the ``T`` steps.
+    ``x_k = sqrt(ab_k) x + sqrt(1 - ab_k) eps``, ``k`` uniform over the ``T`` steps; ``weight`` as in
+    :func:`flow_matching_loss`; randomness from ``generator``.
     """
-    eps = torch.randn_like(actions) if noise is None else noise
+    eps = torch.randn(actions.shape, generator=generator, device=actions.device, dtype=actions.dtype) if noise is None else noise
     if k is None:
-        k = torch.randint(0, schedule.num_steps, (actions.shape[0],), device=actions.device)
+        k = torch.randint(0, schedule.num_steps, (actions.shape[0],), device=actions.device, generator=generator)
     ab = schedule.alphas_cumprod.to(actions.device, actions.dtype)[k].reshape(-1, *([1] * (actions.dim() - 1)))
     xk = ab.sqrt() * actions + (1.0 - ab).sqrt() * eps
     t = k.to(actions.dtype) / schedule.num_steps
-    err = (net(xk, t, cond) - eps).pow(2).flatten(1).mean(1)
-    if weight is None:
-        return err.mean()
-    return (err * weight).sum() / weight.sum().clamp_min(1e-8)
+    return _weighted_mean((net(xk, t, cond) - eps).pow(2), weight)
 
 
 def ddim_step_params(schedule: DiffusionSchedule, k: int, k_prev: int, eta: float) -> tuple[float, float, float]:
@@ -510,27 +544,36 @@ class ChunkModel(nn.Module):
         a = torch.maximum(torch.minimum(a, self.action_high), self.action_low)
         return 2.0 * (a - self.action_low) / (self.action_high - self.action_low) - 1.0
 
-    def loss(self, obs_history: torch.Tensor, actions: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """The model's training loss on raw stacked frames and env-unit chunks ``[B, H, A]``."""
+    def loss(self, obs_history: torch.Tensor, actions: torch.Tensor, weight: torch.Tensor | None = None,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+        """The model's training loss on raw stacked frames and env-unit chunks ``[B, H, A]``;
+        ``weight`` ``[B]`` or ``[B, H]`` (a mask of padded chunk steps), noise from ``generator``.
+        """
         cond, x1 = self.cond(obs_history), self.from_env(actions)
         if self.spec.model == "flow":
-            return flow_matching_loss(self.net, x1, cond, weight=weight)
+            return flow_matching_loss(self.net, x1, cond, weight=weight, generator=generator)
         if self.spec.model == "shortcut":
-            if weight is not None:
-                raise ValueError("shortcut models take no per-sample weight")
-            return shortcut_loss(self.net, x1, cond)
-        return ddpm_loss(self.net, x1, cond, self.schedule, weight=weight)
+            return shortcut_loss(self.net, x1, cond, weight=weight, generator=generator)
+        assert self.schedule is not None
+        return ddpm_loss(self.net, x1, cond, self.schedule, weight=weight, generator=generator)
+
+    def sample_normalized(self, obs_history: torch.Tensor, noise: torch.Tensor, steps: int,
+                          clip: float | None = 1.0) -> torch.Tensor:
+        """Chunks in the model's ``[-1, 1]`` space (what :meth:`sample` maps to env units): DDIM with
+        ``eta = 0`` for diffusion, Euler for flows; ``clip`` bounds the result (``None``: unbounded,
+        e.g. a one-step student's output under a distillation loss, which needs its gradient).
+        """
+        cond = self.cond(obs_history)
+        if self.spec.model == "diffusion":
+            assert self.schedule is not None
+            return ddim_sample(self.net, cond, noise, self.schedule, steps, eta=0.0, clip=clip)
+        return flow_sample(self.net, cond, noise, steps, clip=clip)
 
     def sample(self, obs_history: torch.Tensor, noise: torch.Tensor, steps: int) -> torch.Tensor:
         """Env-unit chunks ``[B, H, A]`` from raw stacked frames and the initial ``noise`` ``[B, H, A]``
         (deterministic: DDIM with ``eta = 0`` for diffusion, Euler for flows).
         """
-        cond = self.cond(obs_history)
-        if self.spec.model == "diffusion":
-            x = ddim_sample(self.net, cond, noise, self.schedule, steps, eta=0.0, clip=1.0)
-        else:
-            x = flow_sample(self.net, cond, noise, steps, clip=1.0)
-        return self.to_env(x)
+        return self.to_env(self.sample_normalized(obs_history, noise, steps))
 
     def checkpoint(self) -> dict:
         """``{"spec": dict, "state": state_dict}``: what another learner or export rebuilds it from."""

@@ -98,16 +98,27 @@ class ChunkExecutor:
 
     def reset(self, done: torch.Tensor | None = None) -> None:
         """Restart the worlds where ``done[N]`` (all when ``None``): history and queue emptied."""
-        mask = torch.ones(self.n, dtype=torch.bool, device=self.history.device) if done is None else done.to(torch.bool)
+        mask = self._mask(done, "done")
+        # Out of place throughout: state built under torch.inference_mode (an evaluation rollout)
+        # must stay updatable outside it (a reset between rollouts), and vice versa.
         self._fresh = self._fresh | mask
-        self.valid[mask] = False
-        self.played[mask] = self.spec.execute
+        self.valid = self.valid & ~mask.reshape(-1, 1, 1)
+        self.played = torch.where(mask, torch.full_like(self.played, self.spec.execute), self.played)
+
+    def _mask(self, flags: torch.Tensor | None, name: str) -> torch.Tensor:
+        """``flags[N]`` as a bool mask on the executor's device (all worlds when ``None``)."""
+        if flags is None:
+            return torch.ones(self.n, dtype=torch.bool, device=self.history.device)
+        mask = flags.to(device=self.history.device, dtype=torch.bool).reshape(-1)
+        if mask.shape[0] != self.n:
+            raise ValueError(f"{name}: expected {self.n} flags (one per world), got {mask.shape[0]}")
+        return mask
 
     def observe(self, obs: torch.Tensor) -> torch.Tensor:
         """Push this step's observations ``[N, obs_dim]``; return the condition
         ``[N, obs_history * obs_dim]`` (a restarted world's history is its first observation repeated).
         """
-        obs = obs.to(self.history.dtype)
+        obs = obs.to(device=self.history.device, dtype=self.history.dtype).reshape(self.n, self.obs_dim)
         shifted = torch.cat([self.history[:, 1:], obs.unsqueeze(1)], dim=1)
         filled = obs.unsqueeze(1).expand_as(self.history)
         self.history = torch.where(self._fresh.reshape(-1, 1, 1), filled, shifted)
@@ -122,8 +133,10 @@ class ChunkExecutor:
 
     def plan(self, chunks: torch.Tensor, worlds: torch.Tensor | None = None) -> None:
         """Take new chunks ``[N, H, A]`` for the worlds where ``worlds[N]`` (all when ``None``)."""
-        mask = torch.ones(self.n, dtype=torch.bool, device=self.history.device) if worlds is None else worlds.to(torch.bool)
-        chunks = chunks.to(self.buffer.dtype)
+        mask = self._mask(worlds, "worlds")
+        chunks = chunks.to(device=self.buffer.device, dtype=self.buffer.dtype)
+        if tuple(chunks.shape) != (self.n, self.spec.horizon, self.action_dim):
+            raise ValueError(f"chunks: expected [{self.n}, {self.spec.horizon}, {self.action_dim}], got {list(chunks.shape)}")
         m3 = mask.reshape(-1, 1, 1)
         if self.spec.ensemble == "exp":
             # the plans age by one step: drop the oldest, shift each older plan's steps by one
@@ -134,8 +147,9 @@ class ChunkExecutor:
             self.buffer = torch.where(m3.unsqueeze(-1), new_buf, self.buffer)
             self.valid = torch.where(m3, new_valid, self.valid)
         else:
-            self.buffer[:, -1] = torch.where(m3, chunks, self.buffer[:, -1])
-            self.valid[:, -1] = torch.where(mask.reshape(-1, 1), True, self.valid[:, -1])
+            # only the newest slot is used: replace it where planned
+            self.buffer = torch.cat([self.buffer[:, :-1], torch.where(m3, chunks, self.buffer[:, -1]).unsqueeze(1)], dim=1)
+            self.valid = torch.cat([self.valid[:, :-1], (self.valid[:, -1] | mask.reshape(-1, 1)).unsqueeze(1)], dim=1)
             self.played = torch.where(mask, torch.zeros_like(self.played), self.played)
 
     def act(self) -> torch.Tensor:
