@@ -290,8 +290,11 @@ class ReinFlow:
         lp = chain_log_prob(chain, means, stds, first=first)
         return lp, gaussian_entropy(stds), stds.flatten(1).mean(-1)
 
+    @torch.no_grad()
     def sample_chain(self, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """A chain ``[B, K + 1, H * A]`` sampled from ``N(0, I)`` through the noisy transitions."""
+        """A chain ``[B, K + 1, H * A]`` sampled from ``N(0, I)`` through the noisy transitions: data,
+        without a graph (a likelihood's gradient through its own sample would cancel the mean's).
+        """
         b = cond.shape[0]
         gen = generator if generator is not None else self.generator
         x = torch.randn(b, self.horizon, self.action_dim, generator=gen, device=self.device)

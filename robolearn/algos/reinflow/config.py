@@ -81,7 +81,7 @@ class ReinFlowConfig:
     """Global gradient-norm clip, per optimiser."""
     normalize_advantages: bool = True
     """Standardise advantages over the whole rollout."""
-    eval_noise: str = "sample"
+    eval_noise: str = "zero"
     """Initial noise of :meth:`act_inference` (:data:`EVAL_NOISE`); the chain itself runs noise-free."""
     seed: int = 0
     """Seed of the rollout noise, the shuffling and the evaluation generators."""
