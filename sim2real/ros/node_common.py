@@ -384,8 +384,10 @@ def drive_policy(runtime: DeployRuntime, robot: Any, transport: PolicyTransport,
 class RobotTransport(Protocol):
     """What a simulated robot node needs of its ROS client."""
 
-    def publish_tick(self, reading: Reading, reward: float) -> None:
-        """Publish the state just measured and the step's reward."""
+    def publish_tick(self, reading: Reading, reward: float | None) -> None:
+        """Publish the state just measured and the step's reward (``None``: no step was taken, the
+        world stands still before the first command, so there is no reward to publish).
+        """
 
     def publish_status(self, text: str) -> None:
         """Publish ``robot_status``."""
@@ -448,7 +450,7 @@ class RobotNode:
         args, robot = self.args, self.robot
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: self.stop.set())
-        robot.on_tick = lambda: self.transport.publish_tick(robot.read(), robot.last_reward)
+        robot.on_tick = lambda: self.transport.publish_tick(robot.read(), robot.last_reward if robot.steps else None)
         if args.wait_for_policy > 0:
             # Like a driver enabling its motors once a controller is there: a cart-pole left alone
             # falls in a second, long before a policy process has loaded its network. The world

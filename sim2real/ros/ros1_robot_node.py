@@ -86,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     subs: list = []
 
     class Transport:
-        def publish_tick(self, reading: Reading, reward: float) -> None:
+        def publish_tick(self, reading: Reading, reward: float | None) -> None:
             state_pub.publish(ros1.joint_state_message(features, reading))
-            reward_pub.publish(Float64(reward))
+            if reward is not None:
+                reward_pub.publish(Float64(reward))
 
         def publish_status(self, text: str) -> None:
             status_pub.publish(String(text))

@@ -63,9 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     command_topic = topics.name(topics.command)
 
     class Transport:
-        def publish_tick(self, reading: Reading, reward: float) -> None:
+        def publish_tick(self, reading: Reading, reward: float | None) -> None:
             state_pub.publish(ros2.joint_state_message(features, reading, node.get_clock().now().nanoseconds))
-            reward_pub.publish(Float64(data=reward))
+            if reward is not None:
+                reward_pub.publish(Float64(data=reward))
 
         def publish_status(self, text: str) -> None:
             status_pub.publish(String(data=text))
