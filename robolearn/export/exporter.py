@@ -633,9 +633,9 @@ class ExportManifest:
                 f"{', '.join(map(str, TYPED_MANIFESTS))} have); export the run again"
             )
         spec = PolicySpec.from_dict(data.get("policy_spec"), f"{where}.policy_spec")
+        chunk = _read_chunk(data, version, spec, where)  # first: a relabelled chunked manifest is named as such
         groups = _read_input_groups(data, version, spec, where)
         states, steps = _read_recurrent(data, version, where, multi_group=len(groups) > 1)
-        chunk = _read_chunk(data, version, spec, where)
         try:
             inp = data["inputs"][0]
             if inp["name"] != "obs":

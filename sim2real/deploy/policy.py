@@ -10,6 +10,11 @@ calls: each call feeds the state the previous one returned (``h_in`` <- ``h_out`
 one; :meth:`ExportedPolicy.reset` starts it over from zeros, which the deploy runtime does at every
 discontinuity (start, restart, hold, lost robot). A feed-forward policy's call is the plain
 network call, unchanged; its ``reset`` does nothing.
+
+A chunked generative policy (manifest version 4, ``chunking`` and ``sampler``) is a sampler:
+``policy(obs, noise)`` maps the stacked frames ``[1, obs_history * D]`` and a noise chunk
+``[1, H, A]`` to an action chunk ``[1, H, A]``; the deploy runtime runs its chunk execution
+(``robolearn.spec.chunking.ChunkExecutor``) and draws its noise.
 """
 
 from __future__ import annotations
@@ -48,6 +53,18 @@ class ExportedPolicy:
         return self.manifest.obs_dim
 
     @property
+    def frame_dim(self) -> int:
+        """Width of one observation frame from the robot (:attr:`obs_dim` unless chunked, whose
+        network reads ``obs_history`` stacked frames).
+        """
+        return self.manifest.frame_dim
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the network is a chunk sampler (``policy(obs, noise) -> chunk``)."""
+        return self.manifest.chunked
+
+    @property
     def action_dim(self) -> int:
         """Width of the network's output."""
         return self.manifest.spec.action_dim
@@ -80,10 +97,15 @@ class ExportedPolicy:
         if self._state is not None:
             self._state = [np.zeros((1, *s.shape), np.float32) for s in self.manifest.states]
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
+    def __call__(self, obs: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
         """The action ``[1, A]`` float32 for observation ``[1, D]`` float32 (a recurrent policy also
-        advances its state).
+        advances its state); a chunked policy's chunk ``[1, H, A]`` for the stacked frames and
+        ``noise`` ``[1, H, A]`` float32.
         """
+        if self.manifest.chunked:
+            if noise is None:
+                raise ValueError("noise: a chunked policy's sampler takes its noise [1, H, A] as input")
+            return self._run(obs, noise)
         return self._run(obs)
 
 
@@ -110,7 +132,9 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session = ort.InferenceSession(str(network), options, providers=["CPUExecutionProvider"])
         _check_onnx_width(session, policy, folder)
-        if manifest.recurrent:
+        if manifest.chunked:
+            policy._run = _onnx_sampler(session, manifest, folder)
+        elif manifest.recurrent:
             _check_onnx_io(session, manifest, folder)
             policy._run = _onnx_recurrent(session, policy)
         else:
@@ -124,7 +148,14 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
         module = torch.jit.load(str(network), map_location="cpu")
         module.eval()
 
-        if manifest.recurrent:
+        if manifest.chunked:
+
+            def run_sampler(obs: np.ndarray, noise: np.ndarray) -> np.ndarray:
+                with torch.inference_mode():
+                    return module(torch.from_numpy(obs), torch.from_numpy(noise)).numpy()
+
+            policy._run = run_sampler
+        elif manifest.recurrent:
 
             def run_recurrent(obs: np.ndarray) -> np.ndarray:
                 with torch.inference_mode():
@@ -143,6 +174,12 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
     if manifest.recurrent:
         policy._state = []
         policy.reset()
+    if manifest.chunk is not None:
+        shape = (1, *manifest.chunk.sampler.noise_shape)
+        probe = policy(np.zeros((1, policy.obs_dim), dtype=np.float32), np.zeros(shape, np.float32))
+        if probe.shape != shape:
+            raise PolicyLoadError(f"policy={folder}: the sampler returns shape {list(probe.shape)}, the manifest says {list(shape)}")
+        return policy
     probe = policy(np.zeros((1, policy.obs_dim), dtype=np.float32))
     if probe.shape != (1, policy.action_dim):
         raise PolicyLoadError(f"policy={folder}: the network returns shape {list(probe.shape)}, the manifest says [1, {policy.action_dim}]")
@@ -188,6 +225,28 @@ def _check_onnx_io(session: Any, manifest: ExportManifest, folder: Path) -> None
                 f"policy={folder}: the network's input {state.input} is [batch, {', '.join(map(str, shape))}], "
                 f"the manifest's recurrent state {state.name} has shape {list(state.shape)}"
             )
+
+
+def _onnx_sampler(session: Any, manifest: ExportManifest, folder: Path) -> Any:
+    """The call of a chunk sampler's ONNX graph at batch 1, its inputs checked against the manifest."""
+    assert manifest.chunk is not None
+    sampler = manifest.chunk.sampler
+    got = [i.name for i in session.get_inputs()]
+    outputs = [o.name for o in session.get_outputs()]
+    if got != ["obs", sampler.noise_input] or sampler.output not in outputs:
+        raise PolicyLoadError(
+            f"policy={folder}: the network's inputs {got} and outputs {outputs} are not the manifest's "
+            f"['obs', '{sampler.noise_input}'] -> ['{sampler.output}'] (sampler)"
+        )
+    names = [sampler.output]
+    feed: dict[str, np.ndarray] = {}
+
+    def run(obs: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        feed["obs"] = obs
+        feed[sampler.noise_input] = noise
+        return session.run(names, feed)[0]
+
+    return run
 
 
 def _onnx_recurrent(session: Any, policy: ExportedPolicy) -> Any:

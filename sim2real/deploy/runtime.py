@@ -37,6 +37,17 @@ episode start). Nothing carries across a discontinuity.
 A policy whose input spans several observation groups (manifest ``obs_groups``: a history encoder
 reads ``policy`` then ``history``) is checked and fed group by group, concatenated in that order.
 
+A **chunked generative policy** (manifest version 4) runs through the chunk execution it was
+trained and evaluated with, :class:`robolearn.spec.chunking.ChunkExecutor` built from the
+manifest's ``chunking``: each step's frame is pushed into the executor's observation history; only
+when the executor asks for a plan (every ``execute`` steps, or every step with temporal ensembling)
+is the sampler called, on the stacked frames and a noise chunk drawn from the runtime's own seeded
+generator (``seed``; ``noise="zero"`` feeds zeros, the distribution's mode, for a deterministic
+deployment); every other step plays the next queued action. At every discontinuity the executor
+restarts like the env's world at an episode start: the queue is dropped and the next frame fills
+the whole history (``tests/test_generative_export.py`` checks the runtime against the torch sampler
+under the same noise).
+
 The deploy side imports neither MuJoCo nor the task registry (``tests/test_deploy.py`` checks
 ``sys.modules``): only :mod:`robolearn.spec`, :mod:`robolearn.export`, :mod:`robolearn.data`, NumPy,
 torch (the shared observation processors) and ONNX Runtime.
@@ -44,6 +55,7 @@ torch (the shared observation processors) and ONNX Runtime.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import threading
@@ -52,6 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from robolearn.sim2real.deploy.observations import ObservationAdapter
 from robolearn.sim2real.deploy.policy import ExportedPolicy
@@ -59,6 +72,7 @@ from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig, SafetyL
 from robolearn.sim2real.deploy.telemetry import Telemetry
 from robolearn.sim2real.robots.base import Reading, Robot, RobotFeatures
 from robolearn.spec import ActionProcessor, PolicySpec
+from robolearn.spec.chunking import ChunkExecutor
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +82,11 @@ _POLICY_OFF = int(Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | I
 """Flags of a step whose command did not come from the policy (recorded as ``policy_active`` false)."""
 _DISCONTINUITY = int(Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
 """Flags after which the policy starts over: hidden state, observation history, last action (module doc)."""
+
+
+NOISE_MODES = ("normal", "zero")
+"""How the runtime draws a chunked policy's sampler noise: standard normal from its seeded generator,
+or zeros (deterministic)."""
 
 
 class DeployMismatch(ValueError):
@@ -162,12 +181,17 @@ class DeployRuntime:
         spin_s: float = 0.0005,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
+        seed: int = 0,
+        noise: str = "normal",
     ) -> None:
         """Check the policy against the robot (raise :class:`DeployMismatch`) and build the stages.
 
         ``clock`` and ``sleep`` are the loop's time source and its way to wait (default: the
-        monotonic clock and an interruptible wait); a test passes a simulated pair.
+        monotonic clock and an interruptible wait); a test passes a simulated pair. ``seed`` and
+        ``noise`` (one of :data:`NOISE_MODES`) set how a chunked policy's sampler noise is drawn.
         """
+        if noise not in NOISE_MODES:
+            raise ValueError(f"noise: expected one of {', '.join(NOISE_MODES)}, got {noise!r}")
         spec = policy.manifest.spec
         group = policy.manifest.obs_groups
         problems = check_robot(spec, group, robot.features, rate_hz)
@@ -186,9 +210,20 @@ class DeployRuntime:
         self.safety = SafetyLayer(robot.features, safety or SafetyConfig(), clock=clock)
         self.last_action = np.zeros(spec.action_dim)
         self.telemetry = (
-            Telemetry(policy.obs_dim, spec.action_dim, len(robot.features.command_joints), len(robot.features.joints))
+            Telemetry(policy.frame_dim, spec.action_dim, len(robot.features.command_joints), len(robot.features.joints))
             if record else None
         )
+        chunk = policy.manifest.chunk
+        self.executor: ChunkExecutor | None = None
+        """A chunked policy's chunk execution (observation history, action queue); ``None`` otherwise."""
+        self.noise = noise
+        self.seed = int(seed)
+        self.plans = 0
+        """Sampler calls (a chunked policy plans only when its executor asks)."""
+        if chunk is not None:
+            self.executor = ChunkExecutor(chunk.chunking, 1, policy.frame_dim, spec.action_dim)
+            self._noise_shape = (1, *chunk.sampler.noise_shape)
+            self._noise_gen = torch.Generator().manual_seed(self.seed)
         self.stats = LoopStats()
         self._recurrent = policy.recurrent
         self._fresh_state = True
@@ -207,7 +242,13 @@ class DeployRuntime:
         windows = self.adapter.history_state()
         obs = self.adapter(reading, self.last_action)
         self.adapter.restore_history(windows)
-        if self._recurrent:
+        if self.executor is not None:
+            # The executor and the noise stream are put back: acting here leaves no trace.
+            kept, noise_state, plans = copy.deepcopy(self.executor), self._noise_gen.get_state(), self.plans
+            action = self._chunk_action(obs)
+            self.executor, self.plans = kept, plans
+            self._noise_gen.set_state(noise_state)
+        elif self._recurrent:
             kept = self.policy.state
             action = self.policy(obs).reshape(-1)
             self.policy.state = kept
@@ -229,7 +270,27 @@ class DeployRuntime:
         self.last_action = np.zeros(self.spec.action_dim)
         if self._recurrent:
             self.policy.reset()
+        if self.executor is not None:
+            self.executor.reset()
         self._fresh_state = False
+
+    def draw_noise(self) -> np.ndarray:
+        """The next sampler noise ``[1, H, A]`` float32: standard normal from the runtime's generator
+        (seeded with ``seed``), or zeros with ``noise="zero"``.
+        """
+        if self.noise == "zero":
+            return np.zeros(self._noise_shape, np.float32)
+        return torch.randn(self._noise_shape, generator=self._noise_gen).numpy()
+
+    def _chunk_action(self, obs: np.ndarray) -> np.ndarray:
+        """One step of a chunked policy (module doc): push the frame, plan if the executor asks, play."""
+        assert self.executor is not None
+        cond = self.executor.observe(torch.from_numpy(obs))
+        if bool(self.executor.needs_plan()[0]):
+            chunk = self.policy(cond.numpy(), self.draw_noise())
+            self.executor.plan(torch.from_numpy(chunk))
+            self.plans += 1
+        return self.executor.act().numpy().reshape(-1)
 
     def step(self) -> int | None:
         """One control step (module doc); return the interventions sent, or ``None`` when nothing was
@@ -253,7 +314,7 @@ class DeployRuntime:
             if self._fresh_state:
                 self._start_over()
             obs = self.adapter(reading, self.last_action)
-            action = self.policy(obs).reshape(-1)
+            action = self._chunk_action(obs) if self.executor is not None else self.policy(obs).reshape(-1)
             command = self.action_processor.apply_numpy(action)
             if math.isfinite(float(action.sum())):
                 # The last-action term is the policy's own choice, as env.action is in training.
@@ -280,7 +341,7 @@ class DeployRuntime:
         """The observation recorded for a step the policy did not see (the previous one, or zeros)."""
         if self.telemetry is not None and len(self.telemetry):
             return self.telemetry.obs[-1]
-        return np.zeros(self.policy.obs_dim, np.float32)
+        return np.zeros(self.policy.frame_dim, np.float32)
 
     def _status(self, flags: int, fresh: bool) -> str:
         """The status word after a step."""
