@@ -338,8 +338,10 @@ def _video(env: Any, cfg: EvalConfig) -> VideoSpec | None:
 
 # -- export -----------------------------------------------------------------------------------
 def export_command(overrides: list[str]) -> int:
-    """Export a run's deterministic policy (normalisation folded in) with its manifest."""
-    from robolearn.export import FORMATS, export_policy
+    """Export a run's deterministic policy (normalisation folded in) with its manifest; a chunked
+    generative learner's sampler (``sampler_module``) with its noise as an input.
+    """
+    from robolearn.export import FORMATS, export_generative, export_policy
 
     cfg = to_dataclass(ExportConfig, _with_run(compose_config("export", overrides)))
     for name in ("onnxscript", "onnx_ir", "torch.onnx"):  # chatty INFO lines of the ONNX exporter
@@ -349,8 +351,17 @@ def export_command(overrides: list[str]) -> int:
         raise FileNotFoundError(f"{Path(cfg.run) / 'policy_spec.json'} does not exist")
     out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export"
     formats = FORMATS if cfg.format == "all" else (cfg.format,)
+    # sampler_steps / one_step are the chunked export's options; read with defaults so the command
+    # works whether or not ExportConfig declares them.
+    steps, one_step = getattr(cfg, "sampler_steps", None), bool(getattr(cfg, "one_step", False))
     try:
-        manifest = export_policy(policy.module(), policy.spec, out, formats, obs_group=policy.agent.actor_group)
+        if callable(getattr(policy.agent, "sampler_module", None)):
+            manifest = export_generative(policy.agent, policy.spec, out, formats, sampler_steps=steps, one_step=one_step,
+                                         obs_group=policy.agent.actor_group)
+        elif steps is not None or one_step:
+            raise ValueError("sampler_steps/one_step: only a chunked generative policy (algo=flow|diffusion) has a sampler")
+        else:
+            manifest = export_policy(policy.module(), policy.spec, out, formats, obs_group=policy.agent.actor_group)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     rows = [
