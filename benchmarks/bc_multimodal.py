@@ -95,6 +95,30 @@ def evaluate(run: Path, episodes: int, seed: int) -> dict[str, Any]:
     return data
 
 
+def balanced(src: Path, dst: Path) -> Path:
+    """A copy of ``src`` with as many left-route as right-route episodes (the first of each, in
+    order), so neither mode is the majority: what a unimodal policy does when the data give it no
+    side to prefer. Kept if ``dst`` exists.
+    """
+    if dst.is_file():
+        return dst
+    import dataclasses
+
+    from robolearn.data import Dataset
+    from robolearn.tasks.navigation.fork import corridor_of
+    from robolearn.tasks.navigation.point_maze import maze
+
+    ds = Dataset.load(src)
+    episodes = [ds.episode(i) for i in range(ds.num_episodes)]
+    modes = [corridor_of(e["observations"]["policy"][:, :2], maze("Fork")) for e in episodes]
+    n = min(modes.count("left"), modes.count("right"))
+    keep = [e for side in ("left", "right") for e in [e for e, mo in zip(episodes, modes, strict=True) if mo == side][:n]]
+    meta = dataclasses.replace(ds.metadata, collection=f"{ds.metadata.collection}-balanced")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    Dataset.from_episodes(keep, meta).save(dst)
+    return dst
+
+
 def iqm_ci(scores: np.ndarray, reps: int = 2000) -> tuple[float, float, float]:
     """IQM over runs with rliable's stratified-bootstrap 95% interval."""
     from robolearn.analysis.compare import iqm, rliable_library
@@ -155,6 +179,8 @@ def main() -> int:
     parser.add_argument("--extra", nargs="*", default=[], help="per-method overrides, e.g. flow:algo.sample_steps=4")
     parser.add_argument("--episodes", type=int, default=32, help="evaluation worlds (one episode each) per run")
     parser.add_argument("--png", type=Path, default=Path("docs/benchmarks/fork_bc_trajectories.png"))
+    parser.add_argument("--balance", action="store_true",
+                        help="train on <out>/balanced.hdf5: the dataset cut to equal left and right episodes")
     parser.add_argument("--per-panel", type=int, default=32, help="trajectories drawn per method (from seed 0's run)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -170,6 +196,8 @@ def main() -> int:
     from robolearn.tasks.navigation.fork import mode_coverage, modes_of
     from robolearn.tasks.navigation.point_maze import maze
 
+    if args.balance:
+        args.dataset = balanced(args.dataset, args.out / "balanced.hdf5")
     ds = Dataset.load(args.dataset)
     demo = [ds.episode(i)["observations"]["policy"][:, :2].double() for i in range(ds.num_episodes)]
     demo_modes = modes_of(demo, maze("Fork"))
