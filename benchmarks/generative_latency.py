@@ -21,7 +21,9 @@ same machine load:
         [--json out.json] [--md out.md]
 
 Weights are untrained (latency does not depend on them). Percentiles are over single calls timed
-with ``perf_counter_ns``.
+with ``perf_counter_ns`` (wall clock). Each call is also timed in the calling thread's CPU time
+(``thread_time_ns``; ONNX Runtime with one intra-op thread computes in the caller's thread): on a
+shared machine the wall-clock tail is mostly time spent preempted, which CPU time leaves out.
 """
 
 from __future__ import annotations
@@ -94,7 +96,9 @@ def stats(ns: list[int]) -> dict[str, float]:
 
 def measure(rows: list[tuple[str, str, str, int]], runtimes: list[DeployRuntime], calls: int, block: int) -> list[dict[str, Any]]:
     """Plan and control-step timings of every row, interleaved in rounds of ``block`` calls."""
-    clock = time.perf_counter_ns
+    clock, cpu = time.perf_counter_ns, time.thread_time_ns
+    plan_cpu: list[list[int]] = [[] for _ in rows]
+    step_cpu: list[list[int]] = [[] for _ in rows]
     plans: list[list[int]] = [[] for _ in rows]
     pops: list[list[int]] = [[] for _ in rows]
     plan_steps: list[list[int]] = [[] for _ in rows]
@@ -114,15 +118,17 @@ def measure(rows: list[tuple[str, str, str, int]], runtimes: list[DeployRuntime]
     for _ in range(max(1, calls // block)):
         for i, (fn, rt, frame) in enumerate(zip(calls_fn, runtimes, frames, strict=True)):
             for _ in range(block):
-                t = clock()
+                c, t = cpu(), clock()
                 fn()
                 plans[i].append(clock() - t)
+                plan_cpu[i].append(cpu() - c)
             # The same number of control steps: EXECUTE of them make one plan.
             for _ in range(block):
                 before = rt.plans
-                t = clock()
+                c, t = cpu(), clock()
                 rt._chunk_action(frame)
                 dt = clock() - t
+                step_cpu[i].append(cpu() - c)
                 (plan_steps[i] if rt.plans != before else pops[i]).append(dt)
     out = []
     for i, (label, model, backbone, steps) in enumerate(rows):
@@ -134,6 +140,8 @@ def measure(rows: list[tuple[str, str, str, int]], runtimes: list[DeployRuntime]
             "per_action_mean_us": round(float(np.mean(steps_all)) / 1e3, 1),
             "per_action_formula_us": round(plan["p50_us"] / EXECUTE + pop["p50_us"], 1),
             "control_step_p99_us": stats(steps_all)["p99_us"],
+            "plan_cpu": stats(plan_cpu[i]),
+            "per_action_cpu_mean_us": round(float(np.mean(step_cpu[i])) / 1e3, 1),
         })
     return out
 
@@ -163,14 +171,15 @@ def markdown(results: list[dict[str, Any]], info: dict[str, Any], command: str) 
         f"Python {info['python']}, torch {info['torch']}, ONNX Runtime {info['onnxruntime']} (1 thread), "
         f"commit {info['commit']}. H = {HORIZON}, k = {EXECUTE}, {HISTORY} frames, HalfCheetah 17-D obs / 6-D action.",
         "",
-        "| sampler | plan p50 / p99 (us) | pop step p50 / p99 (us) | plan step p50 (us) | per action: mean / plan/k + pop (us) | control step p99 (us) |",
-        "|---|---|---|---|---|---|",
+        "| sampler | plan p50 / p99 (us) | plan CPU p50 / p99 (us) | pop step p50 / p99 (us) | plan step p50 (us) | per action: mean / plan/k + pop (us) | per action CPU mean (us) | control step p99 (us) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
-            f"| {r['row']} | {r['plan']['p50_us']} / {r['plan']['p99_us']} | {r['pop_step']['p50_us']} / "
-            f"{r['pop_step']['p99_us']} | {r['plan_step']['p50_us']} | {r['per_action_mean_us']} / "
-            f"{r['per_action_formula_us']} | {r['control_step_p99_us']} |"
+            f"| {r['row']} | {r['plan']['p50_us']} / {r['plan']['p99_us']} | {r['plan_cpu']['p50_us']} / "
+            f"{r['plan_cpu']['p99_us']} | {r['pop_step']['p50_us']} / {r['pop_step']['p99_us']} | "
+            f"{r['plan_step']['p50_us']} | {r['per_action_mean_us']} / {r['per_action_formula_us']} | "
+            f"{r['per_action_cpu_mean_us']} | {r['control_step_p99_us']} |"
         )
     return "\n".join(lines) + "\n"
 
