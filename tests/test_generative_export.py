@@ -95,11 +95,12 @@ def _ort(path: Path) -> Any:
 
 
 # -- export parity with noise ----------------------------------------------------------------------
-@pytest.mark.parametrize("model,steps", [("flow", 1), ("flow", 4), ("diffusion", 4), ("diffusion", 10)])
+@pytest.mark.parametrize("model,steps", [("flow", 1), ("flow", 4), ("diffusion", 4), ("diffusion", 10), ("unet", 4)])
 def test_onnx_matches_torch_at_nonzero_noise(models: dict, spec: dict, tmp_path: Path, model: str, steps: int) -> None:
     """Several noise draws, each over several observations: ONNX Runtime equals the eager sampler,
-    the recorded parity error is that difference, and the chunks are interior (not all clipped)."""
-    sampler = ChunkSampler(models[model], steps)
+    the recorded parity error is that difference, and the chunks are interior (not all clipped).
+    ``unet``: DDIM over the 1-D U-Net backbone (trained here, its own cost)."""
+    sampler = ChunkSampler(_train("diffusion", "unet", steps=30) if model == "unet" else models[model], steps)
     manifest = export_chunk_policy(sampler, ChunkSpec(H, K, HIST), spec, tmp_path, formats=["onnx"], parity_draws=3)
     assert manifest["manifest_version"] == 4 and manifest["sampler"]["steps"] == steps
     assert 0.0 <= manifest["files"]["onnx"]["parity_max_abs_err"] <= 1e-4
