@@ -61,12 +61,12 @@ def pretrain(kind: str, seed: int, out: Path, args: argparse.Namespace) -> tuple
     t0 = time.perf_counter()
     obs, act = collect_demos(args.demo_worlds, args.demo_noise, 100 + seed)
     torch.manual_seed(seed)
-    spec = ChunkModelSpec(kind, obs.shape[1], act.shape[1], horizon=1, hidden=(128, 128, 128), diffusion_steps=20)
+    spec = ChunkModelSpec(kind, obs.shape[1], act.shape[1], horizon=1, hidden=(128, 128, 128), diffusion_steps=args.diffusion_steps)
     model = ChunkModel(spec, -1.0, 1.0)
     model.set_normalization(obs.mean(0), obs.std(0))
     opt = torch.optim.Adam(model.net.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(seed)
-    for _ in range(args.bc_steps):
+    for _ in range(args.bc_steps_diffusion if kind == "diffusion" else args.bc_steps):
         idx = torch.randint(obs.shape[0], (256,), generator=gen)
         loss = model.loss(obs[idx], act[idx].unsqueeze(1))
         opt.zero_grad()
@@ -94,7 +94,8 @@ def run(args: argparse.Namespace) -> None:
     common = dict(init_from=str(ckpt), steps=args.steps, num_steps=args.num_steps, num_epochs=args.epochs,
                   num_minibatches=args.minibatches, critic_hidden=(128, 128), actor_learning_rate=args.actor_lr,
                   critic_learning_rate=1e-3, clip_param=args.clip, gamma=0.99, lam=0.95,
-                  critic_warmup_iterations=args.warmup, seed=args.seed)
+                  critic_warmup_iterations=args.warmup, seed=args.seed,
+                  eval_noise=args.eval_noise, bc_coef=args.bc_coef)
     if args.method == "dppo":
         cfg: ReinFlowConfig = DPPOConfig(min_std=args.dppo_std, **common)
     else:
@@ -191,22 +192,26 @@ def main() -> None:
     p.add_argument("--method", choices=("reinflow", "dppo"), default="reinflow")
     p.add_argument("--steps", type=int, default=4, help="denoising steps K")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--env-steps", type=int, default=30_000)
+    p.add_argument("--env-steps", type=int, default=80_000)
     p.add_argument("--num-envs", type=int, default=16)
     p.add_argument("--num-steps", type=int, default=50, help="rollout length per world")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--minibatches", type=int, default=4)
-    p.add_argument("--actor-lr", type=float, default=3e-4)
+    p.add_argument("--actor-lr", type=float, default=1e-4)
     p.add_argument("--clip", type=float, default=0.05)
-    p.add_argument("--warmup", type=int, default=2, help="critic-only updates at the start")
+    p.add_argument("--warmup", type=int, default=3, help="critic-only updates at the start")
     p.add_argument("--min-std", type=float, default=0.08)
     p.add_argument("--max-std", type=float, default=0.16)
     p.add_argument("--dppo-std", type=float, default=0.1)
     p.add_argument("--eval-worlds", type=int, default=32)
-    p.add_argument("--eval-every", type=int, default=2)
-    p.add_argument("--demo-worlds", type=int, default=16)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--demo-worlds", type=int, default=4)
     p.add_argument("--demo-noise", type=float, default=0.5)
-    p.add_argument("--bc-steps", type=int, default=800)
+    p.add_argument("--bc-steps", type=int, default=1500, help="BC gradient steps of the flow")
+    p.add_argument("--bc-steps-diffusion", type=int, default=3000, help="BC gradient steps of the diffusion model")
+    p.add_argument("--diffusion-steps", type=int, default=100, help="DDPM training steps T of the diffusion model")
+    p.add_argument("--eval-noise", choices=("sample", "zero"), default="sample")
+    p.add_argument("--bc-coef", type=float, default=0.0)
     args = p.parse_args()
     run(args) if args.what == "run" else report(args)
 
