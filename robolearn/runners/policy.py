@@ -32,6 +32,7 @@ from robolearn.algos import registry
 from robolearn.runners.checkpoint import CheckpointManager
 from robolearn.runners.train_config import TrainConfig, read_train_config
 from robolearn.spec.manifest import PolicySpec
+from robolearn.types import Resettable
 from robolearn.utils.config import ConfigError, read_json_object
 
 
@@ -105,8 +106,12 @@ class LoadedPolicy:
     def reset(self, done: torch.Tensor | None = None) -> None:
         """Start the hidden state over from the initial state: every world (``done`` omitted; the
         next :meth:`act` may then have any batch size) or the worlds where ``done[N]`` (bool) is
-        true, the others keeping theirs. Nothing for a feed-forward policy.
+        true, the others keeping theirs. Nothing for a feed-forward policy; a learner that acts with
+        state of its own (a chunked policy's executor: ``reset(done)``) restarts that.
         """
+        if self._recurrent is None and isinstance(self.agent, Resettable):
+            self.agent.reset(done)
+            return
         if self._state is None:
             return
         if done is None:
