@@ -351,9 +351,7 @@ def export_command(overrides: list[str]) -> int:
         raise FileNotFoundError(f"{Path(cfg.run) / 'policy_spec.json'} does not exist")
     out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export"
     formats = FORMATS if cfg.format == "all" else (cfg.format,)
-    # sampler_steps / one_step are the chunked export's options; read with defaults so the command
-    # works whether or not ExportConfig declares them.
-    steps, one_step = getattr(cfg, "sampler_steps", None), bool(getattr(cfg, "one_step", False))
+    steps, one_step = cfg.sampler_steps, cfg.one_step
     try:
         if callable(getattr(policy.agent, "sampler_module", None)):
             manifest = export_generative(policy.agent, policy.spec, out, formats, sampler_steps=steps, one_step=one_step,

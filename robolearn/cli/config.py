@@ -76,11 +76,20 @@ class ExportConfig:
     """One of :data:`EXPORT_FORMATS`."""
     out: str | None = None
     """Output folder; ``None``: ``<run>/export``."""
+    sampler_steps: int | None = None
+    """Generative (chunked) policies: the sampler's fixed number of denoising steps in the exported
+    graph; ``None``: the learner's own ``sample_steps``."""
+    one_step: bool = False
+    """Generative policies: export the distilled one-step head instead of the multi-step sampler."""
 
     def __post_init__(self) -> None:
-        """Reject an unknown format, listing the valid ones."""
+        """Reject an unknown format, listing the valid ones, and a step count below 1."""
         if self.format not in EXPORT_FORMATS:
             raise ConfigError(f"format: unknown {self.format!r}; valid choices: {', '.join(EXPORT_FORMATS)}")
+        if self.sampler_steps is not None and self.sampler_steps < 1:
+            raise ConfigError(f"sampler_steps: expected a number of steps >= 1 (or null), got {self.sampler_steps}")
+        if self.one_step and self.sampler_steps not in (None, 1):
+            raise ConfigError(f"sampler_steps: the one-step head takes 1 step, got {self.sampler_steps} with one_step=true")
 
 
 @dataclass

@@ -82,6 +82,10 @@ class DeployConfig:
     """Simulated robot on the wall clock (false: one step per command, as fast as possible)."""
     seed: int = 0
     """Seed of the simulated robot's world."""
+    sampler_seed: int = 0
+    """Generative (chunked) policies: seed of the sampler noise the runtime draws."""
+    sampler_noise: str = "normal"
+    """Generative policies: ``normal`` (standard normal draws) or ``zero`` (deterministic)."""
     format: str = "onnx"
     """Network format: ``onnx`` or ``torchscript``."""
     out: str | None = None
@@ -109,6 +113,8 @@ class DeployConfig:
             raise ConfigError(f"duration: expected seconds >= 0, got {self.duration!r}")
         if self.format not in ("onnx", "torchscript"):
             raise ConfigError(f"format: expected onnx or torchscript, got {self.format!r}")
+        if self.sampler_noise not in ("normal", "zero"):
+            raise ConfigError(f"sampler_noise: expected normal or zero, got {self.sampler_noise!r}")
         if self.command_type not in ("float64_multi_array", "joint_trajectory"):
             raise ConfigError(f"command_type: expected float64_multi_array or joint_trajectory, got {self.command_type!r}")
         if self.robot in ("ros1", "ros2") and not self.features:
@@ -224,7 +230,8 @@ def _deploy_sim(cfg: DeployConfig, folder: Path, safety: Any, out: Path) -> int:
     task = cfg.task or policy.manifest.spec.task_id
     robot = SimulatedRobot(task, seed=cfg.seed, realtime=cfg.realtime)
     # Lockstep: the runtime counts simulated seconds (ramps, timeouts), as the robot does.
-    runtime = DeployRuntime(policy, robot, safety, rate_hz=cfg.rate, clock=robot.clock)
+    runtime = DeployRuntime(policy, robot, safety, rate_hz=cfg.rate, clock=robot.clock, seed=cfg.sampler_seed,
+                            noise=cfg.sampler_noise)
     steps = int(round(cfg.duration * runtime.rate_hz)) if cfg.duration > 0 else None
     rewards: list[float] = []
     with robot, tqdm(total=steps, unit="step", desc=f"deploy {task} ({'real time' if cfg.realtime else 'lockstep'})") as bar:
@@ -313,5 +320,6 @@ def _deploy_ros(cfg: DeployConfig, folder: Path, out: Path) -> int:
     param_file = write_parameters(out / "policy_params.yaml", "policy", params, 1 if cfg.robot == "ros1" else 2)
     print(f"robolearn deploy: {cfg.robot} policy node with {param_file}")
     args = [python, "-m", module, "--params", str(param_file), "--telemetry", str(out / "telemetry.h5"),
-            "--summary", str(out / "summary.json"), "--duration", str(cfg.duration)]
+            "--summary", str(out / "summary.json"), "--duration", str(cfg.duration),
+            "--sampler-seed", str(cfg.sampler_seed), "--sampler-noise", cfg.sampler_noise]
     return subprocess.call(args)

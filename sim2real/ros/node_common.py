@@ -189,6 +189,9 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
     p.add_argument("--wait", type=float, default=30.0,
                    help="seconds to wait for the robot's features and its first reading")
+    p.add_argument("--sampler-seed", type=int, default=0, help="chunked generative policies: seed of the sampler noise")
+    p.add_argument("--sampler-noise", default="normal", choices=["normal", "zero"],
+                   help="chunked generative policies: standard normal sampler noise, or zeros (deterministic)")
     return _add_process_arguments(p)
 
 

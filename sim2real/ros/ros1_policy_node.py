@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     policy = load_exported(settings.policy_dir, args.format)
     robot = ros1.Ros1Robot(features, topics)
     try:
-        runtime = DeployRuntime(policy, robot, settings.safety, rate_hz=settings.rate, lost_timeout_s=args.lost_timeout)
+        runtime = DeployRuntime(policy, robot, settings.safety, rate_hz=settings.rate, lost_timeout_s=args.lost_timeout,
+                                    seed=args.sampler_seed, noise=args.sampler_noise)
     except DeployMismatch as exc:
         log.error("%s", exc)
         rospy.signal_shutdown("policy does not fit the robot")
