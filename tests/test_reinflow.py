@@ -258,3 +258,26 @@ def test_fine_tuning_corrects_a_biased_pretrained_policy(cls):
     after = bandit_return(agent, test_goals)
     assert before < -0.2, f"the pre-trained policy should be biased (mean reward {before:.3f})"
     assert after > before + 0.1, f"fine-tuning did not improve enough: {before:.3f} -> {after:.3f}"
+
+
+@pytest.mark.parametrize("cls", [ReinFlowConfig, DPPOConfig])
+def test_bc_regularizer_is_zero_at_the_pretrained_policy_and_pulls_back_towards_it(cls):
+    agent = make(small(cls, steps=3, bc_coef=1.0))
+    cond = torch.randn(16, OBS["policy"])
+    assert float(agent._bc_loss(cond)) == 0.0
+    with torch.no_grad():
+        for p in agent.model.net.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    agent.generator.manual_seed(0)
+    moved = agent._bc_loss(cond)
+    assert float(moved) > 0.0
+    moved.backward()
+    assert all(p.grad is None for p in agent.ref_model.parameters())
+    if cls is DPPOConfig:
+        return  # a fresh diffusion model's DDIM samples sit on the x0 clip, where no gradient passes
+    with torch.no_grad():  # one small gradient step on the regulariser alone reduces it (same noise)
+        for p in agent.model.net.parameters():
+            if p.grad is not None:
+                p.sub_(1e-2 * p.grad)
+    agent.generator.manual_seed(0)
+    assert float(agent._bc_loss(cond)) < float(moved)
