@@ -114,17 +114,15 @@ class ForkPlanner:
         else:
             new = torch.linalg.vector_norm(pos - self._last, dim=1) > NEW_EPISODE_JUMP
         self._last = pos.clone()
-        out = torch.empty(x.shape[0], 2, dtype=torch.float64)
-        for w in range(x.shape[0]):
-            if new[w]:
-                self._new_episode(w)
-            path = self.routes[self.route[w]]
-            k = int(self.stage[w])
-            if k < len(path) - 1 and float(torch.linalg.vector_norm(path[k] - pos[w])) < SWITCH_RADIUS:
-                k += 1
-                self.stage[w] = k
-            cmd = KP * (path[k] - pos[w]) - KD * vel[w]
-            out[w] = cmd / max(1.0, float(cmd.abs().max()))
+        for w in new.nonzero().flatten().tolist():  # one coin per new episode, in world order
+            self._new_episode(w)
+        paths = torch.stack([self.routes[side] for side in self.route])  # [N, waypoints, 2]
+        rows = torch.arange(x.shape[0])
+        last = paths.shape[1] - 1
+        near = torch.linalg.vector_norm(paths[rows, self.stage] - pos, dim=1) < SWITCH_RADIUS
+        self.stage = torch.where(near & (self.stage < last), self.stage + 1, self.stage)
+        cmd = KP * (paths[rows, self.stage] - pos) - KD * vel
+        out = cmd / cmd.abs().amax(dim=1, keepdim=True).clamp(min=1.0)
         out += self.noise * torch.randn(out.shape, generator=self.generator, dtype=torch.float64)
         return out.clamp(-1.0, 1.0).to(obs["policy"].dtype).to(obs["policy"].device)
 
