@@ -51,8 +51,10 @@ def batch(n: int = 32, seed: int = 0) -> Batch:
 
 
 def test_registry_holds_every_shipped_algorithm():
-    assert list(registry.ALGORITHMS) == ["ppo", "sac", "bc", "td3bc", "iql", "cql", "calql", "distill"]
-    assert [n for n, s in registry.ALGORITHMS.items() if s.offline] == ["bc", "td3bc", "iql", "cql", "calql"]
+    assert list(registry.ALGORITHMS) == ["ppo", "sac", "bc", "td3bc", "iql", "cql", "calql", "distill",
+                                         "diffusion", "flow", "reinflow", "dppo", "fql"]
+    assert [n for n, s in registry.ALGORITHMS.items() if s.offline] == ["bc", "td3bc", "iql", "cql", "calql",
+                                                                         "diffusion", "flow", "fql"]
     with pytest.raises(KeyError, match="valid choices: ppo, sac, bc"):
         registry.get("td3")
     # Cal-QL's config derives from CQL's: the exact type decides
@@ -73,11 +75,18 @@ def test_every_agent_answers_every_verb(name):
     params = agent.parameters()
     assert params and all(isinstance(p, torch.Tensor) for p in params)
     module = agent.policy_module()
+    # A chunked policy (diffusion, flow) plays the next action of its chunk on each call: restarted,
+    # it replays its first plan from its seeded noise, which a fresh module reproduces.
+    restart = getattr(agent, "reset", None) if hasattr(agent, "sampler_module") else None
+    if restart is not None:
+        restart()
     # an independent CPU copy that reproduces act_inference on raw observations
     greedy = agent.act_inference(obs)
     torch.testing.assert_close(module(obs["policy"]), greedy, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
         next(module.parameters()).add_(1.0)
+    if restart is not None:
+        restart()
     torch.testing.assert_close(agent.act_inference(obs), greedy)
 
 

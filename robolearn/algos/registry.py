@@ -16,8 +16,11 @@ import torch
 from robolearn.algos.bc import BC, BCConfig
 from robolearn.algos.cql import CQL, CalQLConfig, CQLConfig
 from robolearn.algos.distill import Distill, DistillConfig
+from robolearn.algos.fql import FQL, FQLConfig
+from robolearn.algos.gbc import DiffusionBCConfig, FlowBCConfig, GenerativeBC
 from robolearn.algos.iql import IQL, IQLConfig
 from robolearn.algos.ppo import PPO, PPOConfig
+from robolearn.algos.reinflow import DPPOConfig, ReinFlow, ReinFlowConfig
 from robolearn.algos.sac import SAC, SACConfig
 from robolearn.algos.td3bc import TD3BC, TD3BCConfig
 
@@ -128,5 +131,10 @@ register(AlgoSpec("iql", IQLConfig, IQL, ("offline", "offline_to_online"), _with
 register(AlgoSpec("cql", CQLConfig, CQL, ("offline", "offline_to_online"), _with_bounds(CQL), "Conservative Q-Learning (offline)"))
 register(AlgoSpec("calql", CalQLConfig, CQL, ("offline", "offline_to_online"), _with_bounds(CQL), "Calibrated Q-Learning (offline)"))
 register(AlgoSpec("distill", DistillConfig, Distill, ("distill",), _with_bounds(Distill), "Teacher-student distillation: DAgger or asymmetric actor-critic (robolearn distill)"))
+register(AlgoSpec("diffusion", DiffusionBCConfig, GenerativeBC, ("offline",), _with_bounds(GenerativeBC), "Diffusion Policy over action chunks (offline behaviour cloning)"))
+register(AlgoSpec("flow", FlowBCConfig, GenerativeBC, ("offline",), _with_bounds(GenerativeBC), "Flow-matching / shortcut policy over action chunks (offline behaviour cloning)"))
+register(AlgoSpec("reinflow", ReinFlowConfig, ReinFlow, ("on_policy",), _with_bounds(ReinFlow), "ReinFlow: PPO over a flow policy's noisy denoising chain (on-policy fine-tuning)"))
+register(AlgoSpec("dppo", DPPOConfig, ReinFlow, ("on_policy",), _with_bounds(ReinFlow), "DPPO: PPO over a diffusion policy's DDIM chain (on-policy fine-tuning)"))
+register(AlgoSpec("fql", FQLConfig, FQL, ("offline", "offline_to_online"), _with_bounds(FQL), "Flow Q-learning: BC flow + one-step policy (offline)"))
 
 __all__ = ["ALGORITHMS", "RUNNER_KINDS", "AgentFactory", "AlgoSpec", "get", "register", "spec_of"]
