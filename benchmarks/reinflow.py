@@ -5,6 +5,7 @@ wall-clock each method needs to reach a success level.
     python benchmarks/reinflow.py run --method reinflow --steps 4 --seed 0 --out /work/bench/reinflow
     python benchmarks/reinflow.py run --method dppo --steps 4 --seed 0 --out /work/bench/reinflow
     python benchmarks/reinflow.py report --out /work/bench/reinflow
+    python benchmarks/reinflow.py timing --out /work/bench/reinflow
 
 Every run is one process on one torch thread (a 2-core machine shared with other jobs); ``run``
 writes ``<out>/run_<method>_K<steps>_s<seed>.json`` (the evaluation curve: env steps, seconds, success,
@@ -134,6 +135,42 @@ def run(args: argparse.Namespace) -> None:
     (out / f"run_{args.method}_K{args.steps}_s{args.seed}.json").write_text(json.dumps(result, indent=1))
 
 
+def timing(args: argparse.Namespace) -> None:
+    """Seconds per 1k env steps of one training iteration (rollout + update) of each method, measured
+    interleaved in one process (rounds alternate the methods, so machine load hits them alike)."""
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    variants = [("reinflow", 1), ("reinflow", 4), ("dppo", 4), ("dppo", 10)]
+    env = robolearn.make(TASK, args.num_envs, seed=0)
+    agents = {}
+    for method, k in variants:
+        kind = "diffusion" if method == "dppo" else "flow"
+        ckpt, _ = pretrain(kind, 0, out, args)
+        cls = DPPOConfig if method == "dppo" else ReinFlowConfig
+        cfg = cls(init_from=str(ckpt), steps=k, num_steps=args.num_steps, critic_hidden=(128, 128))
+        agents[(method, k)] = ReinFlow(env.obs_dims, env.action_dim, cfg)
+    times: dict[tuple[str, int], list[float]] = {v: [] for v in variants}
+    obs, _ = env.reset(seed=0)
+    for _ in range(args.rounds):
+        for v in variants:
+            agent = agents[v]
+            t0 = time.perf_counter()
+            for _ in range(args.num_steps):
+                action = agent.act(obs)
+                next_obs, reward, terminated, truncated, info = env.step(action)
+                agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
+                obs = next_obs
+            agent.compute_returns(obs)
+            agent.update()
+            times[v].append((time.perf_counter() - t0) / (args.num_steps * env.num_envs) * 1000)
+    lines = ["| method | K | s per 1k env steps (median of rounds) | rounds |", "|---|---|---|---|"]
+    for (method, k), ts in times.items():
+        lines.append(f"| {method} | {k} | {np.median(ts):.2f} | {len(ts)} |")
+    lines.append(f"\nload average during the measurement: {os.getloadavg()}")
+    (out / "timing.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def bootstrap_iqm(x: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """IQM of ``x`` over runs and its 95% percentile-bootstrap interval (runs resampled)."""
     x = np.asarray(x, dtype=np.float64)
@@ -187,7 +224,8 @@ def report(args: argparse.Namespace) -> None:
 def main() -> None:
     """Command line (module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("run", "report"))
+    p.add_argument("what", choices=("run", "report", "timing"))
+    p.add_argument("--rounds", type=int, default=5, help="timing: rounds of one iteration per method")
     p.add_argument("--out", default="/work/bench/reinflow")
     p.add_argument("--method", choices=("reinflow", "dppo"), default="reinflow")
     p.add_argument("--steps", type=int, default=4, help="denoising steps K")
@@ -213,7 +251,7 @@ def main() -> None:
     p.add_argument("--eval-noise", choices=("sample", "zero"), default="sample")
     p.add_argument("--bc-coef", type=float, default=0.0)
     args = p.parse_args()
-    run(args) if args.what == "run" else report(args)
+    {"run": run, "report": report, "timing": timing}[args.what](args)
 
 
 if __name__ == "__main__":
