@@ -194,19 +194,27 @@ def report(args: argparse.Namespace) -> None:
     for f in sorted(out.glob("run_*.json")):
         r = json.loads(f.read_text())
         runs.setdefault((r["method"], r["steps"]), []).append(r)
-    lines = ["| method | K | seeds | success before | success after | return before | return after |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| method | K | seeds | env steps | success before | success after (last eval) | success after (mean of last 3 evals) "
+             "| return before | return after (mean of last 3 evals) |", "|---|---|---|---|---|---|---|---|---|"]
 
     def cell(v: np.ndarray) -> str:
         p, lo, hi = bootstrap_iqm(v)
         return f"{p:.2f} [{lo:.2f}, {hi:.2f}]"
 
+    def last3(r: dict, key: str) -> float:
+        return float(np.mean([c[key] for c in r["curve"][-3:]]))
+
     for (method, k), rs in sorted(runs.items()):
         sb = np.array([r["curve"][0]["success"] for r in rs])
         sa = np.array([r["curve"][-1]["success"] for r in rs])
+        s3 = np.array([last3(r, "success") for r in rs])
         rb = np.array([r["curve"][0]["return"] for r in rs])
-        ra = np.array([r["curve"][-1]["return"] for r in rs])
-        lines.append(f"| {method} | {k} | {len(rs)} | {cell(sb)} | {cell(sa)} | {cell(rb)} | {cell(ra)} |")
+        r3 = np.array([last3(r, "return") for r in rs])
+        steps = rs[0]["curve"][-1]["env_steps"]
+        lines.append(f"| {method} | {k} | {len(rs)} | {steps} | {cell(sb)} | {cell(sa)} | {cell(s3)} | {cell(rb)} | {cell(r3)} |")
+    lines += ["", "Per seed, success before -> last eval: " + "; ".join(
+        f"{m} K={k}: " + ", ".join(f"{r['curve'][0]['success']:.2f}->{r['curve'][-1]['success']:.2f}" for r in rs)
+        for (m, k), rs in sorted(runs.items()))]
     lines += ["", "Env steps / training seconds to the first evaluation at or above a success level "
               "(median over seeds; `inf`: not reached by a seed; per-seed values in brackets):", "",
               "| method | K | level | env steps | seconds | seconds per 1k env steps |", "|---|---|---|---|---|---|"]
