@@ -215,6 +215,13 @@ def test_policy_module_is_the_one_step_policy_at_zero_noise_and_traces():
     traced = torch.jit.trace(module, torch.randn(2, 3))
     torch.testing.assert_close(traced(obs), module(obs))
     assert bool(((module(obs * 50) >= LOW) & (module(obs * 50) <= HIGH)).all())
+    noisy = agent.noisy_policy_module()  # the noise as an explicit input
+    torch.testing.assert_close(noisy(obs, torch.zeros(5, 2)), module(obs), rtol=1e-5, atol=1e-6)
+    z = torch.randn(5, 2)
+    norm_obs = (obs - torch.tensor([1.0, 2.0, 3.0])) / torch.tensor([2.0, 2.0, 0.5])
+    torch.testing.assert_close(noisy(obs, z), agent.actor(norm_obs, z).detach(), rtol=1e-5, atol=1e-6)
+    traced_noisy = torch.jit.trace(noisy, (torch.randn(2, 3), torch.randn(2, 2)))
+    torch.testing.assert_close(traced_noisy(obs, z), noisy(obs, z))
 
 
 def test_config_errors_name_the_field():

@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from robolearn.algos.common import OfflineLearner
 from robolearn.algos.fql.config import FQLConfig
 from robolearn.algos.fql.losses import actor_loss, critic_loss, flow_loss
-from robolearn.algos.fql.networks import OneStepPolicy
+from robolearn.algos.fql.networks import NoisyPolicy, OneStepPolicy
 from robolearn.nn.ensemble import make_target, soft_update_
 from robolearn.nn.generative import ChunkModel, ChunkModelSpec
 from robolearn.nn.offline import FIRST_LAYER, NetSpec, build_critic, check_groups
@@ -84,6 +85,14 @@ class FQL(OfflineLearner):
         """Exploring in-bounds actions ``[N, A]``: the one-step policy at ``z ~ N(0, I)`` from :attr:`generator`."""
         x = self.obs_norm(self.actor_group, obs[self.actor_group].to(self.device))
         return self.actor(x, self._noise(x.shape[0]))
+
+    def noisy_policy_module(self) -> nn.Module:
+        """``(obs, noise) -> action``: the one-step policy with its noise an explicit input and the
+        statistics folded in, a CPU copy in eval mode (:meth:`policy_module` is it at ``noise = 0``).
+        """
+        stats = self.obs_norm.stats.get(self.actor_group)
+        module = NoisyPolicy(self.actor, *(stats if stats is not None else (None, None)))
+        return copy.deepcopy(module).cpu().eval()
 
     def sample_flow(self, obs: Mapping[str, torch.Tensor], noise: torch.Tensor | None = None,
                     steps: int | None = None) -> torch.Tensor:

@@ -73,4 +73,22 @@ class OneStepPolicy(nn.Module):
         return self.to_env(self._out(h))
 
 
-__all__ = ["OneStepPolicy"]
+class NoisyPolicy(nn.Module):
+    """``(obs, noise) -> action``: the one-step policy of raw observations with its noise an explicit
+    input (the observation statistics as buffers): what a stochastic deployment or an export with
+    the noise as an input traces; at ``noise = 0`` it is the learner's ``policy_module()``.
+    """
+
+    def __init__(self, actor: OneStepPolicy, mean: torch.Tensor | None = None, std: torch.Tensor | None = None) -> None:
+        """Wrap ``actor``; no statistics means identity."""
+        super().__init__()
+        self.actor = actor
+        self.register_buffer("mean", torch.zeros(actor.obs_dim) if mean is None else mean.detach().clone())
+        self.register_buffer("std", torch.ones(actor.obs_dim) if std is None else std.detach().clone())
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """In-bounds env actions ``[B, A]`` for raw observations and noise ``[B, A]``."""
+        return self.actor((obs - self.mean) / self.std, noise)
+
+
+__all__ = ["NoisyPolicy", "OneStepPolicy"]
