@@ -263,7 +263,9 @@ def test_fine_tuning_corrects_a_biased_pretrained_policy(cls):
 
 @pytest.mark.parametrize("cls", [ReinFlowConfig, DPPOConfig])
 def test_bc_regularizer_is_zero_at_the_pretrained_policy_and_pulls_back_towards_it(cls):
-    agent = make(small(cls, steps=3, bc_coef=1.0))
+    # DPPO: no x0 clip, so a fresh model's samples are not all on the clip (where both would agree)
+    agent = make(small(cls, steps=3, bc_coef=1.0, **({"clip_x0": 1e6} if cls is DPPOConfig else {})))
+    torch.manual_seed(0)
     cond = torch.randn(16, OBS["policy"])
     assert float(agent._bc_loss(cond).detach()) == 0.0
     with torch.no_grad():
@@ -275,10 +277,34 @@ def test_bc_regularizer_is_zero_at_the_pretrained_policy_and_pulls_back_towards_
     moved.backward()
     assert all(p.grad is None for p in agent.ref_model.parameters())
     if cls is DPPOConfig:
-        return  # a fresh diffusion model's DDIM samples sit on the x0 clip, where no gradient passes
+        return  # an untrained diffusion model's unclipped DDIM samples are too far out for a small step
     with torch.no_grad():  # one small gradient step on the regulariser alone reduces it (same noise)
         for p in agent.model.net.parameters():
             if p.grad is not None:
                 p.sub_(1e-2 * p.grad)
     agent.generator.manual_seed(0)
     assert float(agent._bc_loss(cond).detach()) < float(moved.detach())
+
+
+def test_observation_history_is_stacked_per_world_and_restarts_where_an_episode_ended():
+    spec = ChunkModelSpec("flow", OBS["policy"], A, horizon=3, obs_history=2, hidden=(16,))
+    agent = make(small(num_steps=3), model=ChunkModel(spec, -2.0, 2.0))
+    o1, o2, o3 = obs_batch(2, seed=1), obs_batch(2, seed=2), obs_batch(2, seed=3)
+    no = torch.zeros(2, dtype=torch.bool)
+    for obs, nxt, term in ((o1, o2, no), (o2, o3, torch.tensor([True, False])), (o3, o1, no)):
+        a = agent.act(obs)
+        agent.process(Transition(obs, a, torch.zeros(2), nxt, term, no))
+    conds = agent.storage.obs[COND_KEY]  # [T, N, 2 * obs_dim], frames oldest first
+    p1, p2, p3 = o1["policy"], o2["policy"], o3["policy"]
+    torch.testing.assert_close(conds[0], agent.model.cond(torch.cat([p1, p1], -1)))  # a fresh world repeats its frame
+    torch.testing.assert_close(conds[1], agent.model.cond(torch.cat([p1, p2], -1)))
+    # world 0's episode ended at step 1: its history restarts; world 1's goes on
+    torch.testing.assert_close(conds[2][0], agent.model.cond(torch.cat([p3[:1], p3[:1]], -1))[0])
+    torch.testing.assert_close(conds[2][1], agent.model.cond(torch.cat([p2[1:], p3[1:]], -1))[0])
+    # act_inference keeps its own history, which reset() restarts; the policy module matches it
+    module = agent.policy_module()
+    for obs in (o1, o2):
+        torch.testing.assert_close(module(obs["policy"]), agent.act_inference(obs))
+    agent.reset(torch.tensor([True, True]))
+    module.reset(torch.tensor([True, True]))
+    torch.testing.assert_close(module(o3["policy"]), agent.act_inference(o3))

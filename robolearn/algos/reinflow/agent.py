@@ -20,8 +20,11 @@ used, so the ratio is 1 before the first gradient step. The value function is an
 critic group. Evaluation (:meth:`act_inference`) runs the chain's means without the injected
 noise, from a fresh ``N(0, I)`` initial draw (``eval_noise=sample``) or zeros.
 
-Supported: chunks of any horizon ``H`` executed one action per env step (``execute = 1``), and a
-model conditioned on one observation frame (``obs_history = 1``).
+Supported: chunks of any horizon ``H`` executed one action per env step (``execute = 1``: a chain per
+env step), conditioned on ``obs_history`` stacked frames kept per world by a
+:class:`robolearn.spec.chunking.ChunkExecutor` (the deploy runtime's semantics: a restarted world's
+history is its first observation repeated); the rollout's history restarts where an episode ended,
+:meth:`act_inference`'s where :meth:`reset` says.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from robolearn.algos.reinflow.losses import (
 from robolearn.data.rollout import RolloutStorage
 from robolearn.nn import MLP, EmpiricalNormalizer
 from robolearn.nn.generative import ChunkModel, ChunkModelSpec, ddim_mean
+from robolearn.spec.chunking import ChunkExecutor, ChunkSpec
 from robolearn.types import Transition
 
 COND_KEY = "cond"
@@ -126,15 +130,30 @@ class ChainPolicy(nn.Module):
         self.cfg = agent.cfg
         self.dppo = agent.dppo
         self.obs_groups = (agent.actor_group,)
+        self._history: ChunkExecutor | None = None
+
+    def reset(self, done: torch.Tensor) -> None:
+        """Restart the observation history of the worlds where ``done[B]`` (``obs_history > 1``)."""
+        if self._history is not None:
+            self._history.reset(done)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions ``[B, A]`` for raw observations ``[B, obs_dim]``."""
+        """Actions ``[B, A]`` for raw observations ``[B, obs_dim]`` (stacked with the history it keeps)."""
         spec = self.model.spec
+        if self._history is None or self._history.n != obs.shape[0]:
+            self._history = history_executor(spec, obs.shape[0], obs.device)
         noise = torch.zeros(obs.shape[0], spec.horizon, spec.action_dim, dtype=obs.dtype, device=obs.device)
         if self.cfg.eval_noise == "sample":
             noise = torch.randn_like(noise)
-        x = deterministic_chain(self.model, self.ref, self.cfg, self.dppo, self.model.cond(obs), noise)
+        cond = self.model.cond(self._history.observe(obs))
+        x = deterministic_chain(self.model, self.ref, self.cfg, self.dppo, cond, noise)
         return self.model.to_env(x)[:, 0]
+
+
+def history_executor(spec: ChunkModelSpec, num_worlds: int, device: torch.device | str) -> ChunkExecutor:
+    """A per-world observation history of ``spec.obs_history`` frames (chunks executed one action at a time)."""
+    chunk = ChunkSpec(horizon=spec.horizon, execute=1, obs_history=spec.obs_history)
+    return ChunkExecutor(chunk, num_worlds, spec.obs_dim, spec.action_dim, device=device)
 
 
 def step_mean(model: ChunkModel, ref: ChunkModel | None, cfg: ReinFlowConfig, dppo: bool, i: int,
@@ -244,6 +263,15 @@ class ReinFlow:
         self.storage: RolloutStorage | None = None
         self._pending: dict[str, Any] | None = None
         self.num_updates = 0
+        # Observation histories (obs_history frames per world): the rollout's and act_inference's.
+        self._history: dict[str, ChunkExecutor] = {}
+
+    def _stacked(self, which: str, obs: torch.Tensor) -> torch.Tensor:
+        """Push ``obs`` into the ``which`` history (sized on first use) and return the stacked frames."""
+        executor = self._history.get(which)
+        if executor is None or executor.n != obs.shape[0]:
+            executor = self._history[which] = history_executor(self.model.spec, obs.shape[0], self.device)
+        return executor.observe(obs)
 
     def _check_model(self, model: ChunkModel, obs_dims: Mapping[str, int], action_dim: int) -> None:
         spec = model.spec
@@ -257,8 +285,6 @@ class ReinFlow:
             raise ValueError(
                 f"algo.init_from: the model's obs_dim is {spec.obs_dim}, the {self.actor_group!r} group's {obs_dims[self.actor_group]}"
             )
-        if spec.obs_history != 1:
-            raise ValueError(f"algo.init_from: obs_history={spec.obs_history}; {name} supports models of one observation frame")
         if self.dppo:
             assert model.schedule is not None
             model.schedule.timesteps(int(self.cfg.steps))  # names the valid range
@@ -334,7 +360,7 @@ class ReinFlow:
             if self.cfg.normalize_critic_obs:
                 self.critic_normalizer.update(critic_obs)
             critic_in = self.critic_normalizer(critic_obs)
-            cond = self.model.cond(actor_obs)
+            cond = self.model.cond(self._stacked("rollout", actor_obs))
             chain = self.sample_chain(cond)
             log_prob, _, _ = self.chain_stats(chain, cond)
             actions = self.chunk_of(chain)[:, 0]
@@ -359,11 +385,16 @@ class ReinFlow:
             noise = torch.zeros(actor_obs.shape[0], self.horizon, self.action_dim, device=self.device)
             if self.cfg.eval_noise == "sample":
                 noise = torch.randn(noise.shape, generator=self.eval_generator, device=self.device)
-            x = deterministic_chain(self.model, self.ref_model, self.cfg, self.dppo, self.model.cond(actor_obs), noise)
+            cond = self.model.cond(self._stacked("inference", actor_obs))
+            x = deterministic_chain(self.model, self.ref_model, self.cfg, self.dppo, cond, noise)
             return self.model.to_env(x)[:, 0]
 
     def reset(self, done: torch.Tensor) -> None:
-        """Nothing to restart: each action's chain is drawn afresh (``execute = 1``)."""
+        """Restart :meth:`act_inference`'s observation history for the worlds where ``done[N]`` (each
+        action's chain is drawn afresh, so nothing else carries over).
+        """
+        if "inference" in self._history:
+            self._history["inference"].reset(done.to(self.device))
 
     def evaluate(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Values ``[N]`` of ``obs`` (no normaliser update)."""
@@ -385,6 +416,8 @@ class ReinFlow:
             transition.truncated.to(self.device), pending["values"], pending["log_probs"], pending["action_mean"],
             pending["action_std"], timeout_values=timeout_values,
         )
+        if "rollout" in self._history:  # the next observation of an ended world starts a new episode
+            self._history["rollout"].reset((transition.terminated | transition.truncated).to(self.device))
 
     def compute_returns(self, last_obs: Mapping[str, torch.Tensor]) -> None:
         """GAE over the full rollout, bootstrapping from the observation after its last step."""
