@@ -485,7 +485,7 @@ class ReinFlow:
         self.storage.clear()
         self.num_updates += 1
         stats = {name: total / max(count, 1) for name, total in sums.items()}
-        stats["actor_updated"] = torch.tensor(float(train_actor))
+        stats["actor_updated"] = torch.tensor(float(train_actor), device=self.device)
         return stats
 
     def _bc_loss(self, cond: torch.Tensor) -> torch.Tensor:
