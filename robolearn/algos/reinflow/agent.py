@@ -18,7 +18,9 @@ its log-likelihood and the critic's value. :meth:`update` recomputes the log-lik
 stored chains under the current networks for PPO's ratio, through the same function :meth:`act`
 used, so the ratio is 1 before the first gradient step. The value function is an MLP on the
 critic group. Evaluation (:meth:`act_inference`) runs the chain's means without the injected
-noise, from a fresh ``N(0, I)`` initial draw (``eval_noise=sample``) or zeros.
+noise, from zeros (``eval_noise=zero``, the default: deterministic, like every learner's
+``act_inference``) or from a fresh ``N(0, I)`` draw (``eval_noise=sample``: the policy's own action
+distribution, what benchmarks/reinflow.py reports).
 
 Supported: chunks of any horizon ``H`` executed one action per env step (``execute = 1``: a chain per
 env step), conditioned on ``obs_history`` stacked frames kept per world by a
@@ -377,8 +379,8 @@ class ReinFlow:
         return actions
 
     def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Evaluation actions ``[N, A]``: the chain's means without injected noise, from a fresh
-        ``N(0, I)`` draw of :attr:`eval_generator` (``eval_noise=sample``) or zeros; records nothing.
+        """Evaluation actions ``[N, A]``: the chain's means without injected noise, from zeros
+        (``eval_noise=zero``) or a fresh ``N(0, I)`` draw of :attr:`eval_generator` (``sample``); records nothing.
         """
         with torch.inference_mode():
             actor_obs = obs[self.actor_group].to(self.device)
