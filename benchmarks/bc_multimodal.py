@@ -13,7 +13,10 @@ mean, the generative policies' sampler with fresh noise), keeping every position
   stratified-bootstrap 95% interval (with 3 seeds the IQM is the mean: floor(3/4) = 0 runs are cut);
 * mode coverage: the fraction of evaluation episodes through the left corridor, the right one, or
   neither (never got past the block: crashed into it or stalled), by
-  :func:`robolearn.tasks.navigation.fork.corridor_of`;
+  :func:`robolearn.tasks.navigation.fork.corridor_of`; and per run the minority route's fraction
+  ``min(left, right)`` (0 for a run that always takes the same route; the data's is 0.44), IQM over
+  seeds with its interval: averaging left/right over seeds would hide runs that each collapse onto
+  a different route;
 * a PNG of sampled trajectories over the maze, one panel per method plus the demonstrations.
 
 Resumable: a run with ``summary.json`` is not retrained, an evaluation with ``eval.json`` not rerun.
@@ -216,6 +219,7 @@ def main() -> int:
             modes = ev["modes"]
             runs.append({"seed": seed, "success": float(np.mean(ev["success"])), "train_s": train_s,
                          "eval_s": ev["eval_s"], **{k: modes.count(k) / len(modes) for k in COLOURS}})
+            runs[-1]["minority"] = min(runs[-1]["left"], runs[-1]["right"])
             print(f"{method} seed {seed}: success {runs[-1]['success']:.2f}, left {runs[-1]['left']:.2f}, right "
                   f"{runs[-1]['right']:.2f}, neither {runs[-1]['neither']:.2f} (train {train_s:.0f} s, eval "
                   f"{ev['eval_s']:.0f} s)", flush=True)
@@ -223,19 +227,23 @@ def main() -> int:
                 panels.append((f"{method} (seed {seed})", ev["xy"], modes))
         success = np.array([r["success"] for r in runs])
         point, low, high = iqm_ci(success)
+        m_point, m_low, m_high = iqm_ci(np.array([r["minority"] for r in runs]))
         results["methods"][method] = {
             "runs": runs, "success_iqm": point, "success_ci95": [low, high],
+            "minority_iqm": m_point, "minority_ci95": [m_low, m_high],
             **{f"{k}_mean": float(np.mean([r[k] for r in runs])) for k in COLOURS},
         }
     results["load_after"] = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     draw(args.png, panels, args.per_panel)
-    print("\n| method | success IQM [95% CI] | left | right | neither | seeds |\n|---|---|---|---|---|---|")
+    print("\n| method | success IQM [95% CI] | minority route IQM [95% CI] | left | right | neither | seeds |\n"
+          "|---|---|---|---|---|---|---|")
     d = results["demonstrations"]
-    print(f"| demonstrations | {ds.metadata.extra.get('success_rate', float('nan')):.2f} | {d['left']:.2f} | {d['right']:.2f} | {d['neither']:.2f} | - |")
+    print(f"| demonstrations | {ds.metadata.extra.get('success_rate', float('nan')):.2f} | {min(d['left'], d['right']):.2f} | {d['left']:.2f} | {d['right']:.2f} | {d['neither']:.2f} | - |")
     for method, r in results["methods"].items():
         print(f"| {method} | {r['success_iqm']:.2f} [{r['success_ci95'][0]:.2f}, {r['success_ci95'][1]:.2f}] | "
+              f"{r['minority_iqm']:.2f} [{r['minority_ci95'][0]:.2f}, {r['minority_ci95'][1]:.2f}] | "
               f"{r['left_mean']:.2f} | {r['right_mean']:.2f} | {r['neither_mean']:.2f} | {len(r['runs'])} |")
     print(f"wrote {args.out / 'results.json'} and {args.png}")
     return 0
