@@ -48,9 +48,9 @@ COLOURS = {"left": "tab:blue", "right": "tab:orange", "neither": "tab:red"}
 
 
 def train(method: str, seed: int, steps: int, dataset: Path, run: Path, extra: list[str]) -> float:
-    """Train (or keep) one run; return its wall time in seconds (0 when kept)."""
+    """Train (or keep) one run; return its training wall time in seconds (a kept run's, from its summary)."""
     if (run / "summary.json").is_file():
-        return 0.0
+        return float(json.loads((run / "summary.json").read_text())["wall_time_s"])
     from robolearn.cli.main import main
 
     t0 = time.perf_counter()
