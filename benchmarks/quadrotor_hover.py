@@ -49,7 +49,9 @@ import torch
 import robolearn
 from robolearn.algos.ppo import PPO, PPOConfig
 from robolearn.tasks.aerial.quadrotor import HISTORY_LENGTH
-from robolearn.types import Transition
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onpolicy import ppo_iteration  # noqa: E402  (the benchmarks folder is not a package)
 
 EVAL_SEED_OFFSET = 10_000
 """The evaluation env of seed ``s`` is seeded ``EVAL_SEED_OFFSET + s`` (as ``robolearn train``)."""
@@ -163,17 +165,6 @@ def evaluate_track(agent: PPO, env: Any, seed: int, period_s: float) -> dict[str
 
 
 # -- training --------------------------------------------------------------------------------------
-def ppo_iteration(agent: PPO, env: Any, obs: dict[str, torch.Tensor], num_steps: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """One PPO iteration: ``num_steps`` steps of every world, then the update; the next observation and the update's stats."""
-    for _ in range(num_steps):
-        action = agent.act(obs)
-        next_obs, reward, terminated, truncated, info = env.step(action)
-        agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-        obs = next_obs
-    agent.compute_returns(obs)
-    return obs, agent.update()
-
-
 def train_hover(recipe: Recipe, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Train until the criterion is met or ``--budget-s`` training seconds pass; evaluate every
     ``--eval-every-s`` training seconds.

@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -32,7 +33,9 @@ from robolearn.nn.generative import ChunkModel, ChunkModelSpec
 from robolearn.runners.rollout import rollout
 from robolearn.tasks.navigation.planner import ForkPlanner
 from robolearn.tasks.navigation.point_maze import maze
-from robolearn.types import Transition
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onpolicy import ppo_iteration  # noqa: E402  (the benchmarks folder is not a package)
 
 TASK = "PointMaze-Fork"
 LEVELS = (0.5, 0.7, 0.9)
@@ -112,13 +115,7 @@ def run(args: argparse.Namespace) -> None:
     steps, train_seconds, it = 0, 0.0, 0
     while steps < args.env_steps:
         t0 = time.perf_counter()
-        for _ in range(cfg.num_steps):
-            action = agent.act(obs)
-            next_obs, reward, terminated, truncated, info = env.step(action)
-            agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-            obs = next_obs
-        agent.compute_returns(obs)
-        stats = agent.update()
+        obs, stats = ppo_iteration(agent, env, obs, cfg.num_steps)
         train_seconds += time.perf_counter() - t0  # evaluation excluded from the wall-clock
         steps += cfg.num_steps * env.num_envs
         it += 1
@@ -155,13 +152,7 @@ def timing(args: argparse.Namespace) -> None:
         for v in variants:
             agent = agents[v]
             t0 = time.perf_counter()
-            for _ in range(args.num_steps):
-                action = agent.act(obs)
-                next_obs, reward, terminated, truncated, info = env.step(action)
-                agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-                obs = next_obs
-            agent.compute_returns(obs)
-            agent.update()
+            obs, _ = ppo_iteration(agent, env, obs, args.num_steps)
             times[v].append((time.perf_counter() - t0) / (args.num_steps * env.num_envs) * 1000)
     lines = ["| method | K | s per 1k env steps (median of rounds) | rounds |", "|---|---|---|---|"]
     for (method, k), ts in times.items():

@@ -59,7 +59,9 @@ from torch import nn
 import robolearn
 from robolearn.algos.ppo import PPO, PPOConfig
 from robolearn.envs.sb3_adapter import RobolearnSB3VecEnv
-from robolearn.types import Transition
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onpolicy import ppo_iteration  # noqa: E402  (the benchmarks folder is not a package)
 
 TASK = "Cartpole-Swingup"
 EVAL_SEED_OFFSET = 10_000
@@ -174,13 +176,7 @@ class RobolearnLearner:
         """Whole updates (``num_steps`` steps of every world, GAE, the epochs) up to ``env_steps``."""
         agent, env, obs = self.agent, self.env, self.obs
         while self.env_steps < env_steps:
-            for _ in range(agent.cfg.num_steps):
-                action = agent.act(obs)
-                next_obs, reward, terminated, truncated, info = env.step(action)
-                agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-                obs = next_obs
-            agent.compute_returns(obs)
-            stats = agent.update()
+            obs, stats = ppo_iteration(agent, env, obs, agent.cfg.num_steps)
             self.env_steps += agent.cfg.num_steps * env.num_envs
         self.obs = obs
         self.last_stats = {k: float(v) for k, v in stats.items()}  # read once per chunk, after the timing

@@ -42,7 +42,9 @@ from torch import nn
 import robolearn
 from robolearn.algos.ppo import PPO, PPOConfig
 from robolearn.algos.sac import SAC, SACConfig
-from robolearn.types import Transition
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onpolicy import ppo_iteration  # noqa: E402  (the benchmarks folder is not a package)
 
 GYM_ID = "HalfCheetah-v5"
 TASK = "HalfCheetah"
@@ -94,15 +96,7 @@ class RobolearnPPO:
         self.obs = self.env.obs
 
     def update(self) -> None:
-        agent, env, obs = self.agent, self.env, self.obs
-        for _ in range(agent.cfg.num_steps):
-            action = agent.act(obs)
-            next_obs, reward, terminated, truncated, info = env.step(action)
-            agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-            obs = next_obs
-        agent.compute_returns(obs)
-        agent.update()
-        self.obs = obs
+        self.obs, _ = ppo_iteration(self.agent, self.env, self.obs, self.agent.cfg.num_steps)
 
 
 class SB3PPO:
