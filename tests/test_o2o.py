@@ -383,7 +383,8 @@ def test_sigkill_in_the_online_phase_then_resume_matches_the_uninterrupted_run(t
     assert a["final_online_score"] == b["final_online_score"] and a["steps"] == b["steps"] == 40 + 120
 
 
-@pytest.mark.parametrize("method", ["wsrl", "wsrl_no_warmup", "wsrl_retain", "rlpd", "calql_ft", "iql_ft", "sac", "pretrain_calql"])
+@pytest.mark.parametrize("method", ["wsrl", "wsrl_no_warmup", "wsrl_retain", "rlpd", "calql_ft", "iql_ft", "sac", "pretrain_calql",
+                                    "fql"])
 def test_every_method_of_the_o2o_experiments_composes_to_its_protocol(method):
     from robolearn.cli.commands import compose_config
     from robolearn.runners.train_config import train_config_from_dict
@@ -393,6 +394,7 @@ def test_every_method_of_the_o2o_experiments_composes_to_its_protocol(method):
         "wsrl": ("sac", 20000, 5000, 0.0, 10), "wsrl_no_warmup": ("sac", 20000, 0, 0.0, 10),
         "wsrl_retain": ("sac", 20000, 5000, 0.5, 10), "rlpd": ("sac", 0, 0, 0.5, 10),
         "calql_ft": ("calql", 20000, 0, 0.5, 2), "iql_ft": ("iql", 20000, 0, 0.5, 2), "sac": ("sac", 0, 0, 0.0, 2),
+        "fql": ("fql", 20000, 0, 0.5, 2),
     }
     if method == "pretrain_calql":
         assert cfg.o2o is None and cfg.offline and cfg.algo.num_critics == 10 and cfg.algo.layer_norm
