@@ -201,6 +201,21 @@ def test_init_from_a_run_directory_and_refusals(tmp_path):
         ReinFlow(OBS, 3, small(init_from=str(tmp_path / "run")))
 
 
+def test_init_from_a_run_without_a_latest_pointer_takes_the_highest_step_not_the_last_name(tmp_path):
+    # ckpt_{step:06d}.pt grows a seventh digit at step 10**6, where the text order and the step order part
+    ckpts = tmp_path / "run" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    models = {}
+    for step in (999_999, 1_000_000):
+        torch.manual_seed(step)
+        models[step] = ChunkModel(ChunkModelSpec("flow", OBS["policy"], A, hidden=(16,)), -2.0, 2.0)
+        torch.save({"agent": {"model": models[step].checkpoint()}}, ckpts / f"ckpt_{step:06d}.pt")
+    (ckpts / "ckpt_best.pt").write_text("not a step")  # a stray name the step pattern must skip
+    loaded = load_pretrained(tmp_path / "run")
+    for p, q in zip(loaded.parameters(), models[1_000_000].parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+
+
 def test_registered_with_the_on_policy_runner_and_state_round_trips():
     for name, cls in (("reinflow", ReinFlowConfig), ("dppo", DPPOConfig)):
         spec = registry.get(name)

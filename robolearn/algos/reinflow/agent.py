@@ -32,6 +32,7 @@ history is its first observation repeated); the rollout's history restarts where
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,10 @@ def load_pretrained(init_from: str | Path) -> ChunkModel:
         pointer = folder / "latest"
         target = folder / pointer.read_text().strip() if pointer.is_file() else None
         if target is None or not target.is_file():
-            found = sorted(folder.glob("ckpt_*.pt")) if folder.is_dir() else []
+            # By the step's value, not the name: ckpt_1000000.pt sorts before ckpt_999999.pt as text.
+            steps = [(int(m.group(1)), f) for f in (folder.iterdir() if folder.is_dir() else [])
+                     if (m := re.fullmatch(r"ckpt_(\d+)\.pt", f.name)) and f.is_file()]
+            found = [f for _, f in sorted(steps)]
             if not found:
                 raise FileNotFoundError(f"algo.init_from: {path} holds no checkpoints/ckpt_*.pt (expected a flow or diffusion BC run)")
             target = found[-1]
