@@ -13,8 +13,9 @@ from torch import nn
 
 from robolearn.algos import registry
 from robolearn.algos.reinflow import DPPOConfig, ReinFlow, ReinFlowConfig, load_pretrained
-from robolearn.algos.reinflow.agent import CHAIN_KEY, COND_KEY, step_mean
-from robolearn.nn.generative import ChunkModel, ChunkModelSpec, ddim_mean, ddim_step_params
+from robolearn.algos.reinflow.agent import CHAIN_KEY, COND_KEY, deterministic_chain, step_mean
+from robolearn.algos.reinflow.losses import flow_transition_means
+from robolearn.nn.generative import ChunkModel, ChunkModelSpec, ddim_mean, ddim_step_params, flow_sample
 from robolearn.types import Transition
 
 OBS = {"policy": 3, "critic": 5}
@@ -108,6 +109,26 @@ def test_ratio_is_one_before_the_first_update(cls, steps):
         torch.testing.assert_close(lp, mb.log_probs, rtol=1e-6, atol=1e-5)
     stats = agent.update()
     assert stats["clip_fraction"] < 1.0 and torch.isfinite(stats["loss_policy"])
+
+
+@pytest.mark.parametrize("steps", [4, 128])
+def test_a_shortcut_models_chain_means_are_its_pretrained_sampler_at_any_step_count(steps):
+    # Below the finest trained step size (2^-6) the pre-trained sampler tells a shortcut backbone d = 0
+    # (flow matching); the chain must ask for the same velocities, or at K = 128 it runs an untrained d.
+    spec = ChunkModelSpec("shortcut", OBS["policy"], A, horizon=2, hidden=(16,))
+    agent = make(small(steps=steps), model=ChunkModel(spec, -2.0, 2.0))
+    cond, noise = torch.randn(4, OBS["policy"]), torch.randn(4, 2, A)
+    with torch.no_grad():
+        got = deterministic_chain(agent.model, None, agent.cfg, False, cond, noise)
+        want = flow_sample(agent.model.net, cond, noise, steps)
+        torch.testing.assert_close(got, want)
+        # the update's batched means agree with the sampler's steps as well
+        states, x = [noise.reshape(4, -1)], noise
+        for i in range(steps):
+            x, _ = step_mean(agent.model, None, agent.cfg, False, i, x, cond)
+            states.append(x.reshape(4, -1))
+        means, _ = flow_transition_means(agent.model.net, torch.stack(states, 1), cond, 2, A)
+        torch.testing.assert_close(means, torch.stack(states[1:], 1))
 
 
 def test_dppo_step_std_is_ddim_sigma_floored_and_frozen_steps_use_the_pretrained_net():

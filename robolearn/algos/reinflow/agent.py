@@ -48,6 +48,7 @@ from robolearn.algos.reinflow.losses import (
     chain_log_prob,
     flow_transition_means,
     gaussian_entropy,
+    shortcut_step,
     value_loss,
 )
 from robolearn.data.rollout import RolloutStorage
@@ -172,7 +173,7 @@ def step_mean(model: ChunkModel, ref: ChunkModel | None, cfg: ReinFlowConfig, dp
     if not dppo:
         t = torch.full((x.shape[0],), i / k, device=x.device, dtype=x.dtype)
         net = model.net
-        v = net(x, t, cond, torch.full_like(t, 1.0 / k)) if getattr(net, "step_conditioned", False) else net(x, t, cond)
+        v = net(x, t, cond, torch.full_like(t, shortcut_step(k))) if getattr(net, "step_conditioned", False) else net(x, t, cond)
         return x + v / k, None
     assert isinstance(cfg, DPPOConfig) and model.schedule is not None
     ks = model.schedule.timesteps(k)

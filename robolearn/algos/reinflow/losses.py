@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from robolearn.algos.common import masked_mean
+from robolearn.nn.generative import SHORTCUT_LOG2_STEPS
 
 LOG_2PI = math.log(2.0 * math.pi)
 """``log(2 pi)``."""
@@ -65,11 +66,19 @@ def flow_transition_means(net: nn.Module, chain: torch.Tensor, cond: torch.Tenso
     t = (torch.arange(k, device=chain.device, dtype=chain.dtype) / k).repeat(b)
     cond_rows = cond.repeat_interleave(k, dim=0)
     if getattr(net, "step_conditioned", False):  # a shortcut model is told its step size
-        v = net(xk, t, cond_rows, torch.full_like(t, 1.0 / k))
+        v = net(xk, t, cond_rows, torch.full_like(t, shortcut_step(k)))
     else:
         v = net(xk, t, cond_rows)
     means = (xk + v / k).reshape(b, k, d)
     return means, t
+
+
+def shortcut_step(steps: int) -> float:
+    """The step size a shortcut backbone is told for ``steps`` Euler steps: ``1 / steps``, or 0 (plain
+    flow matching) below the finest size it was trained on, as :func:`robolearn.nn.generative.flow_sample`
+    tells it, so the chain's means are the pre-trained sampler's steps at any ``K``.
+    """
+    return 1.0 / steps if 1.0 / steps >= 2.0 ** -(SHORTCUT_LOG2_STEPS - 1) else 0.0
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
@@ -107,5 +116,6 @@ __all__ = [
     "flow_transition_means",
     "gaussian_entropy",
     "gaussian_log_prob",
+    "shortcut_step",
     "value_loss",
 ]
