@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 Q_AGGS: tuple[str, ...] = ("mean", "min")
-"""How the critics' values are combined, in the TD target and in the actor's Q term: FQL's default
-``mean`` of the two, or the clipped double-Q ``min`` (FQL uses it on some tasks)."""
+"""How the target critics' values are combined in the TD target: FQL's default ``mean`` of the two,
+or the clipped double-Q ``min`` (FQL uses it on some tasks). The actor's Q term is always the mean,
+as in FQL's code."""
 
 SQUASHES: tuple[str, ...] = ("clip", "tanh")
 """How the one-step policy's raw output is kept inside the action bounds: ``clip`` (FQL: a plain
@@ -40,7 +41,7 @@ class FQLConfig:
     for some task families); on here because robolearn's tasks span reward scales from 0/1 per step
     (mazes) to hundreds per episode (locomotion)."""
     q_agg: str = "mean"
-    """``mean`` or ``min`` over the critics (:data:`Q_AGGS`), in the target and in the actor loss."""
+    """``mean`` or ``min`` over the target critics in the TD target (:data:`Q_AGGS`); the actor loss uses the mean."""
     squash: str = "clip"
     """How the one-step policy stays within the bounds (:data:`SQUASHES`)."""
     actor_lr: float = 3e-4
