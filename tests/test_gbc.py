@@ -243,6 +243,29 @@ def test_checkpoint_rebuilds_the_model_and_resumes_exactly():
         GenerativeBC({"policy": 2}, 1, FlowBCConfig(**{**SMALL, "horizon": 6}), seed=0).load_state_dict(state)
 
 
+# the learner's own device, and the accelerator's where there is one (a CPU-only machine runs "cpu")
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_learner_on_its_device_hands_out_cpu_modules_that_act_as_it_does(device):
+    """``sampler_module``/``policy_module`` are CPU copies whatever the learner's device: every
+    tensor of the rebuilt model (the action bounds included) on the CPU, acting as the learner does."""
+    ds = toy_dataset(100).to(device)
+    cfg = FlowBCConfig(**SMALL, ema=0.9, one_step_head=True)
+    agent = GenerativeBC({"policy": 2}, 1, cfg, action_low=-2.0, action_high=0.5, device=device, seed=4)
+    agent.sampler = DatasetSampler(ds, seed=4)
+    for _ in range(2):
+        agent.update()
+    for one_step in (False, True):
+        sampler = agent.sampler_module(one_step=one_step)
+        assert {t.device.type for t in [*sampler.parameters(), *sampler.buffers()]} == {"cpu"}
+    module = agent.policy_module()
+    obs = torch.randn(3, 2)
+    for _ in range(3):
+        torch.testing.assert_close(module(obs), agent.act_inference({"policy": obs.to(device)}).cpu())
+
+
 def test_agent_answers_the_algorithm_verbs_and_its_module_replays_a_fresh_policy():
     for name in ("flow", "diffusion"):
         spec = registry.get(name)

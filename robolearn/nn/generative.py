@@ -583,7 +583,10 @@ class ChunkModel(nn.Module):
     def from_checkpoint(cls, data: dict) -> ChunkModel:
         """The model :meth:`checkpoint` described (on the CPU)."""
         spec = ChunkModelSpec.from_dict(dict(data["spec"]))
-        model = cls(spec, data["state"]["action_low"], data["state"]["action_high"])
+        # The bounds become buffers as given: a GPU learner's checkpoint would leave them on its
+        # device while the rebuilt network is on the CPU (policy_module, export then fail).
+        low, high = (torch.as_tensor(data["state"][k]).detach().cpu() for k in ("action_low", "action_high"))
+        model = cls(spec, low, high)
         model.load_state_dict(data["state"])
         return model
 
