@@ -60,7 +60,9 @@ class GenerativeBCConfig:
     """DDPM noise schedule, ``cosine`` (Diffusion Policy's ``squaredcos_cap_v2``) or ``linear``."""
     sample_steps: int = 10
     """Denoising steps at inference: DDIM steps for diffusion (<= ``diffusion_steps``), Euler steps
-    for flows."""
+    for flows. One DDIM step from pure noise is poor (the last training step keeps almost no signal,
+    so it amplifies any prediction error); for one-step control use ``one_step_head`` or a shortcut
+    flow, and power-of-two step counts for a shortcut flow (the step sizes it trains)."""
     lr: float = 1e-4
     """AdamW learning rate (Diffusion Policy: 1e-4)."""
     weight_decay: float = 1e-6
