@@ -210,6 +210,23 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tens
     return torch.where(keep, x, torch.zeros_like(x)).sum() / keep.sum().clamp_min(1).to(x.dtype)
 
 
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip_param: float | None = None,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Squared error to ``returns``; with ``clip_param``, the pessimistic max of the unclipped error
+    and that of ``old_values + clip(values - old_values, -eps, eps)`` (PPO2's value clipping).
+    """
+    unclipped = (values - returns).square()
+    if clip_param is None:
+        return masked_mean(unclipped, mask)
+    clipped_values = old_values + (values - old_values).clamp(-clip_param, clip_param)
+    return masked_mean(torch.maximum(unclipped, (clipped_values - returns).square()), mask)
+
+
 def surrogate_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,

@@ -277,6 +277,17 @@ def shortcut_loss(net: nn.Module, actions: torch.Tensor, cond: torch.Tensor, *,
     return (1.0 - frac) * fm + frac * sc
 
 
+def flow_velocity(net: nn.Module, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor, steps: int) -> torch.Tensor:
+    """The velocity ``net`` gives at ``(x, t)`` for an Euler step of ``1 / steps``: a shortcut backbone
+    is told that step size, or 0 (flow matching) below the finest one it trained on
+    (:data:`SHORTCUT_LOG2_STEPS`); a plain flow gets no step size. The one rule of the samplers and of
+    the RL chains built on them, so their steps are the same.
+    """
+    if not getattr(net, "step_conditioned", False):
+        return net(x, t, cond)
+    return net(x, t, cond, _shortcut_d(torch.full_like(t, 1.0 / steps), SHORTCUT_LOG2_STEPS))
+
+
 def flow_sample(net: nn.Module, cond: torch.Tensor, noise: torch.Tensor, steps: int,
                 clip: float | None = None) -> torch.Tensor:
     """Euler integration of the flow from ``noise`` (``t = 0``) to a chunk (``t = 1``) in ``steps``
@@ -288,11 +299,9 @@ def flow_sample(net: nn.Module, cond: torch.Tensor, noise: torch.Tensor, steps: 
     x = noise
     dt = 1.0 / steps
     b = noise.shape[0]
-    shortcut = getattr(net, "step_conditioned", False)
     for k in range(steps):
         t = torch.full((b,), k * dt, device=noise.device, dtype=noise.dtype)
-        v = net(x, t, cond, _shortcut_d(torch.full_like(t, dt), SHORTCUT_LOG2_STEPS)) if shortcut else net(x, t, cond)
-        x = x + dt * v
+        x = x + dt * flow_velocity(net, x, t, cond, steps)
     return x.clamp(-clip, clip) if clip is not None else x
 
 

@@ -4,25 +4,9 @@ from __future__ import annotations
 
 import torch
 
-# The clipped surrogate is shared with the distillation student's AACD mode.
-from robolearn.algos.common import masked_mean, surrogate_loss
-
-
-def value_loss(
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    clip_param: float | None = None,
-    mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Squared error to ``returns``; with ``clip_param``, the pessimistic max of the unclipped error
-    and that of ``old_values + clip(values - old_values, -eps, eps)`` (PPO2's value clipping).
-    """
-    unclipped = (values - returns).square()
-    if clip_param is None:
-        return masked_mean(unclipped, mask)
-    clipped_values = old_values + (values - old_values).clamp(-clip_param, clip_param)
-    return masked_mean(torch.maximum(unclipped, (clipped_values - returns).square()), mask)
+# The clipped surrogate is shared with the distillation student's AACD mode, the value loss with
+# ReinFlow/DPPO.
+from robolearn.algos.common import masked_mean, surrogate_loss, value_loss
 
 
 def entropy_loss(entropy: torch.Tensor, coef: float, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -40,20 +40,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from robolearn.algos.common import surrogate_loss
+from robolearn.algos.common import surrogate_loss, value_loss
 from robolearn.algos.reinflow.config import DPPOConfig, ReinFlowConfig
 from robolearn.algos.reinflow.losses import (
     approx_kl,
     bc_regularizer,
+    chain_entropy,
     chain_log_prob,
     flow_transition_means,
-    gaussian_entropy,
-    shortcut_step,
-    value_loss,
 )
 from robolearn.data.rollout import RolloutStorage
 from robolearn.nn import MLP, EmpiricalNormalizer
-from robolearn.nn.generative import ChunkModel, ChunkModelSpec, ddim_mean
+from robolearn.nn.generative import ChunkModel, ChunkModelSpec, ddim_mean, flow_velocity
 from robolearn.spec.chunking import ChunkExecutor, ChunkSpec
 from robolearn.types import Transition
 
@@ -172,9 +170,7 @@ def step_mean(model: ChunkModel, ref: ChunkModel | None, cfg: ReinFlowConfig, dp
     k = int(cfg.steps)
     if not dppo:
         t = torch.full((x.shape[0],), i / k, device=x.device, dtype=x.dtype)
-        net = model.net
-        v = net(x, t, cond, torch.full_like(t, shortcut_step(k))) if getattr(net, "step_conditioned", False) else net(x, t, cond)
-        return x + v / k, None
+        return x + flow_velocity(model.net, x, t, cond, k) / k, None
     assert isinstance(cfg, DPPOConfig) and model.schedule is not None
     ks = model.schedule.timesteps(k)
     k_prev = ks[i + 1] if i + 1 < k else -1
@@ -321,7 +317,7 @@ class ReinFlow:
             means = torch.stack(mean_list, dim=1)
             stds = torch.stack(std_list, dim=1).expand_as(means)
         lp = chain_log_prob(chain, means, stds, first=first)
-        return lp, gaussian_entropy(stds), stds.flatten(1).mean(-1)
+        return lp, chain_entropy(stds), stds.flatten(1).mean(-1)
 
     @torch.no_grad()
     def sample_chain(self, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
