@@ -14,7 +14,7 @@ import torch
 
 from robolearn.algos.fql.networks import OneStepPolicy
 from robolearn.nn.ensemble import CriticEnsemble
-from robolearn.nn.generative import ChunkModel, flow_matching_loss, flow_sample
+from robolearn.nn.generative import ChunkModel, flow_matching_loss
 from robolearn.types import Batch
 
 
@@ -45,7 +45,7 @@ def flow_actions(flow: ChunkModel, obs: torch.Tensor, noise: torch.Tensor, steps
     the distillation target, computed without a graph.
     """
     with torch.no_grad():
-        return flow_sample(flow.net, flow.cond(obs), noise.unsqueeze(1), steps, clip=1.0).squeeze(1)
+        return flow.sample_normalized(obs, noise.unsqueeze(1), steps).squeeze(1)
 
 
 def critic_loss(
