@@ -32,6 +32,7 @@ from torch import nn
 
 from robolearn.algos.gbc.config import FlowBCConfig, GenerativeBCConfig
 from robolearn.algos.gbc.losses import one_step_distillation_loss
+from robolearn.nn.ensemble import soft_update_
 from robolearn.nn.generative import ChunkModel, ChunkModelSpec, ChunkSampler
 from robolearn.spec.chunking import ChunkExecutor, ChunkSpec
 from robolearn.types import Batch, Transition
@@ -303,9 +304,8 @@ class GenerativeBC:
         out = {"loss_bc": loss.detach(), "grad_norm": grad_norm.detach()}
         if self.model is not self.train_model:
             decay = ema_decay(self.num_updates, float(cfg.ema))
+            soft_update_(self.model, self.train_model, 1.0 - decay)  # the EMA is a Polyak average
             with torch.no_grad():
-                for p_ema, p in zip(self.model.parameters(), self.train_model.parameters(), strict=True):
-                    p_ema.lerp_(p, 1.0 - decay)
                 for b_ema, b in zip(self.model.buffers(), self.train_model.buffers(), strict=True):
                     b_ema.copy_(b)
             out["ema_decay"] = torch.tensor(decay)
