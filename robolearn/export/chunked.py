@@ -56,6 +56,9 @@ from robolearn.export.exporter import (
     input_groups,
     sha256_file,
 )
+from robolearn.export.exporter import (
+    _export_torchscript as export_torchscript,
+)
 from robolearn.spec import PolicySpec
 from robolearn.spec.chunking import ChunkSpec
 from robolearn.spec.manifest import ChunkPolicySpec, SamplerSpec
@@ -109,13 +112,10 @@ def _export_onnx(sampler: nn.Module, obs: torch.Tensor, noise: torch.Tensor, pat
 
 
 def _export_torchscript(sampler: nn.Module, obs: torch.Tensor, noise: torch.Tensor, path: Path) -> None:
-    """Trace ``sampler`` to TorchScript at ``path``."""
+    """Trace ``sampler`` to TorchScript at ``path`` (the exporter's trace, the noise a second input)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings: the step loop's Python numbers become constants
-        traced = torch.jit.trace(sampler, (obs, noise), check_trace=False)
-    buffer = io.BytesIO()
-    torch.jit.save(traced, buffer)
-    _atomic_write_bytes(path, buffer.getvalue())
+        export_torchscript(sampler, obs, path, example_states=(noise,))
 
 
 def chunk_runner(fmt: str, path: str | os.PathLike[str], threads: int = 0) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
