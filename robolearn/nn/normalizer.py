@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -18,6 +20,9 @@ class EmpiricalNormalizer(nn.Module):
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("var", torch.ones(dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None
+        """Data-parallel training sets this to the mean over ranks (robolearn.runners.distributed), so
+        every rank folds the same global batch statistics in and the normalisers stay identical."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise ``x[..., dim]``."""
@@ -31,10 +36,22 @@ class EmpiricalNormalizer(nn.Module):
             return
         x = x.reshape(-1, self.mean.shape[0]).to(self.mean.dtype)
         n = x.shape[0]
-        batch_mean = x.mean(dim=0)
-        batch_var = x.var(dim=0, unbiased=False)
-        total = self.count + n
-        w = (n / total).to(self.mean.dtype)
+        if self.reduce_mean is not None:
+            # One collective: the mean over ranks of (n, sum x, sum x^2) gives the combined batch's
+            # moments. The count then advances by the mean batch per rank, which weights the
+            # update exactly as one batch of all ranks' samples would (both scale by the rank count).
+            dim = self.mean.shape[0]
+            stats = self.reduce_mean(torch.cat([x.new_full((1,), float(n)), x.sum(dim=0), x.square().sum(dim=0)]))
+            n_mean = stats[0].to(self.count.dtype)
+            batch_mean = stats[1 : 1 + dim] / stats[0]
+            batch_var = (stats[1 + dim :] / stats[0] - batch_mean.square()).clamp_min(0.0)
+            total = self.count + n_mean
+            w = (n_mean / total).to(self.mean.dtype)
+        else:
+            batch_mean = x.mean(dim=0)
+            batch_var = x.var(dim=0, unbiased=False)
+            total = self.count + n
+            w = (n / total).to(self.mean.dtype)
         delta = batch_mean - self.mean
         self.mean.add_(delta * w)
         self.var.copy_(self.var * (1 - w) + batch_var * w + delta.square() * w * (1 - w))

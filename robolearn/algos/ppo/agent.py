@@ -29,7 +29,7 @@ every statistic as a tensor; the adaptive learning rate lives in a tensor that A
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -101,6 +101,9 @@ class PPO:
         self.critic_normalizer.to(self.device)
 
         self.learning_rate = torch.tensor(float(cfg.learning_rate), device=self.device)
+        self.reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None
+        """Set by data-parallel training (robolearn.runners.distributed) to the mean over ranks: the
+        adaptive schedule then reads the same KL on every rank, so the step sizes stay equal."""
         self._trained = [*self.actor.parameters(), *self.dist.parameters(), *self.critic.parameters()]
         for extra in (self.actor_encoder, self.actor_memory, self.critic_memory):
             if extra is not None:
@@ -347,6 +350,9 @@ class PPO:
             log_probs = self.dist.log_prob(mean, std, batch.actions)
             with torch.no_grad():
                 kl = masked_mean(gaussian_kl(batch.action_mean, batch.action_std, mean, std), mask)
+                if self.reduce_mean is not None:
+                    # Data-parallel: every rank adapts its step size to the same (mean) KL.
+                    kl = self.reduce_mean(kl)
                 if cfg.schedule == "adaptive":
                     self.learning_rate.copy_(
                         adaptive_learning_rate(
