@@ -208,6 +208,18 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     """Build envs, agent and runner from ``cfg``, train (or resume), print and return the summary."""
     if cfg.torch_threads is not None:
         torch.set_num_threads(cfg.torch_threads)
+    from robolearn.runners import distributed
+
+    # Under torchrun with distributed=true: join the process group; this rank's seed and role.
+    cfg = distributed.prepare(cfg)
+    try:
+        return _train(cfg)
+    finally:
+        distributed.finish()
+
+
+def _train(cfg: TrainConfig) -> dict[str, Any]:
+    """:func:`train` within this process's (possibly distributed) context."""
     if cfg.o2o is not None:
         from robolearn.cli.o2o import train_o2o
 
