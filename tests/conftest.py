@@ -24,3 +24,13 @@ def cheetah_xml() -> str:
 @pytest.fixture
 def ant_xml() -> str:
     return str(gymnasium_asset("ant.xml"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``gpu``-marked tests run where CUDA exists and are reported as skipped, with the reason, elsewhere."""
+    if torch.cuda.is_available():
+        return
+    reason = "needs CUDA: torch.cuda.is_available() is False on this machine (run on a GPU machine: pytest -m gpu)"
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
