@@ -108,6 +108,9 @@ RESTRICTED_THIRD_PARTY: dict[str, str] = {
     "omegaconf": "cli",
     "rospy": "sim2real.ros",
     "rclpy": "sim2real.ros",
+    # The GPU physics stays behind the SimBackend boundary (robolearn/sim/warp_backend.py).
+    "warp": "sim",
+    "mujoco_warp": "sim",
 }
 """Third-party top-level packages only one group may import."""
 
