@@ -2,100 +2,30 @@
 converts a tensor to NumPy or a Python value on the step path, and the same seed gives the same
 trajectories.
 
-Proof without a GPU: every registered task is reset and stepped with the tensor methods that
-leave the device (``numpy``, ``cpu``, ``item``, ``tolist``, ``__bool__``, ``__int__``,
-``__float__``, ``__index__``) patched, and under a dispatch mode that sees the host-syncing ops
-(``_local_scalar_dense``, ``nonzero``, ``masked_select``, ``unique``, and indexing with a boolean
-mask, whose kernel calls ``nonzero`` without dispatching it). A call is allowed only when the first caller
-outside torch and NumPy is the backend (``robolearn.sim``) or the env's one place for host syncs
-(``robolearn.envs.sync``, which documents why each remaining sync is needed).
+Proof without a GPU: every registered task is reset and stepped under
+``robolearn.utils.hostsync.forbid_host_syncs`` (the tensor methods that leave the device patched,
+and a dispatch mode that sees the host-syncing aten ops, boolean-mask indexing included). A sync is
+allowed only when it comes from the backend (``robolearn.sim``) or the env's one place for host
+syncs (``robolearn.envs.sync``, which documents why each remaining sync is needed).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import robolearn
 from robolearn.envs import RewardTerm, task_cfg
 from robolearn.envs.batched_env import BatchedEnv
-
-ALLOWED = ("robolearn.sim.", "robolearn.envs.sync")
-"""Modules that may leave the device: the backend, and the env's documented sync point."""
-TRANSPARENT = ("torch", "numpy")
-"""Library frames skipped when looking for the code that asked (``np.asarray(t)`` calls ``t.numpy``)."""
-PATCHED = ("numpy", "cpu", "item", "tolist", "__bool__", "__int__", "__float__", "__index__")
-SYNC_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_dim")
+from robolearn.utils.hostsync import ENV_SYNC_POINTS, HostSync, SyncProfile, forbid_host_syncs
 
 
-class HostSync(AssertionError):
-    """A tensor left the device above the backend boundary."""
-
-
-def _asker() -> str:
-    """The module of the first frame outside the guard itself, torch and NumPy."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "")
-        own = name == __name__ and frame.f_code.co_name in _GUARD_FRAMES
-        if not own and name.split(".")[0] not in TRANSPARENT:
-            return name
-        frame = frame.f_back  # type: ignore[assignment]
-    return ""
-
-
-def _check(what: str) -> None:
-    module = _asker()
-    if not module.startswith(ALLOWED):
-        raise HostSync(f"{what} called from {module or '?'} (above the SimBackend boundary)")
-
-
-class _SyncOps(TorchDispatchMode):
-    """Refuses the host-syncing aten ops outside the allowed modules."""
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = func.overloadpacket.__name__
-        if name in SYNC_OPS:
-            _check(f"aten.{name}")
-        elif name in ("index", "index_put", "index_put_") and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]
-        ):
-            # A boolean-mask index: its kernel runs nonzero without dispatching it again.
-            _check(f"aten.{name} with a boolean mask")
-        return func(*args, **(kwargs or {}))
-
-
-def _guard(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    def guarded(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        _check(f"Tensor.{name}")
-        return original(self, *args, **kwargs)
-
-    return guarded
-
-
-_GUARD_FRAMES = frozenset({"_asker", "_check", "__torch_dispatch__", "guarded"})
-"""The guard's own functions, skipped when looking for the caller."""
-
-
-@contextmanager
-def no_host_sync() -> Iterator[None]:
-    """Patch the leaving methods and enter the dispatch mode; restore both on exit."""
-    originals = {name: getattr(torch.Tensor, name) for name in PATCHED}
-
-    for name, original in originals.items():
-        setattr(torch.Tensor, name, _guard(name, original))
-    try:
-        with _SyncOps():
-            yield
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
+def no_host_sync() -> AbstractContextManager[SyncProfile]:
+    """The env's guard: only the backend and ``robolearn.envs.sync`` may leave the device."""
+    return forbid_host_syncs(allowed=ENV_SYNC_POINTS)
 
 
 def _actions(env: BatchedEnv, steps: int, seed: int) -> list[torch.Tensor]:
@@ -149,7 +79,7 @@ def test_the_guard_catches_a_host_sync_above_the_backend() -> None:
     cfg = task_cfg("Pendulum-Swingup")
     cfg.rewards["synced"] = RewardTerm(synced_reward)
     env = BatchedEnv(cfg, 2, seed=0, nthread=1)
-    with pytest.raises(HostSync, match=r"Tensor.item called from tests\.test_device_neutral"), no_host_sync():
+    with pytest.raises(HostSync, match=r"Tensor.item from tests\.test_device_neutral\.synced_reward"), no_host_sync():
         env.step(torch.zeros(2, env.action_dim))
 
     def masked(env: BatchedEnv) -> torch.Tensor:
@@ -158,7 +88,7 @@ def test_the_guard_catches_a_host_sync_above_the_backend() -> None:
 
     cfg.rewards = {"masked": RewardTerm(masked)}
     env = BatchedEnv(cfg, 2, seed=0, nthread=1)
-    with pytest.raises(HostSync, match="aten.index with a boolean mask called from tests"), no_host_sync():
+    with pytest.raises(HostSync, match=r"aten.index with a boolean mask from tests\.test_device_neutral\.masked"), no_host_sync():
         env.step(torch.zeros(2, env.action_dim))
 
 

@@ -32,8 +32,6 @@ class EmpiricalNormalizer(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         """Fold a batch ``x[B, dim]`` into the running mean and variance (no host sync)."""
-        if self.until is not None and float(self.count) >= self.until:
-            return
         x = x.reshape(-1, self.mean.shape[0]).to(self.mean.dtype)
         n = x.shape[0]
         if self.reduce_mean is not None:
@@ -53,6 +51,15 @@ class EmpiricalNormalizer(nn.Module):
             total = self.count + n
             w = (n / total).to(self.mean.dtype)
         delta = batch_mean - self.mean
-        self.mean.add_(delta * w)
-        self.var.copy_(self.var * (1 - w) + batch_var * w + delta.square() * w * (1 - w))
+        mean = self.mean + delta * w
+        var = self.var * (1 - w) + batch_var * w + delta.square() * w * (1 - w)
+        if self.until is not None:
+            # Frozen once ``until`` samples were seen: a select, not an early return on
+            # ``float(self.count)``, which would read the count back to the host every call.
+            frozen = self.count >= self.until
+            mean = torch.where(frozen, self.mean, mean)
+            var = torch.where(frozen, self.var, var)
+            total = torch.where(frozen, self.count, total)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
         self.count.copy_(total)
