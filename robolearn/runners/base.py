@@ -19,11 +19,13 @@ and plot, whose failure is logged, never fatal.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import logging
 import math
 import os
+import shutil
 import signal
 import threading
 import time
@@ -36,9 +38,17 @@ import numpy as np
 import torch
 
 from robolearn.logging import Logger, plot_learning_curve, write_mp4
-from robolearn.runners.checkpoint import CheckpointError, CheckpointManager, rng_state, set_rng_state
+from robolearn.runners import distributed
+from robolearn.runners.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    load_checkpoint,
+    rng_state,
+    set_rng_state,
+)
 from robolearn.runners.rollout import VideoSpec, rollout
 from robolearn.runners.rundir import (
+    RANKS_FOLDER,
     RunDirError,
     RunLock,
     check_new_run,
@@ -97,14 +107,22 @@ class BaseRunner:
         if not isinstance(cfg, RunnerConfig):
             raise TypeError(f"cfg: expected a RunnerConfig, got {type(cfg).__name__}")
         self.env, self.agent, self.cfg = env, agent, cfg
-        self.eval_env = eval_env
+        self.dist = distributed.context()
+        """This process's rank in data-parallel training (``None``: a single process)."""
+        self.world_size = 1 if self.dist is None else self.dist.world_size
+        """Processes training together; an iteration's steps count all of them."""
+        self.is_main = self.dist is None or self.dist.is_main
+        """Whether this process logs, evaluates and writes the run (rank 0, or the only process)."""
+        self.eval_env = eval_env if self.is_main else None
         self.config = config
         self.run_dir = Path(run_dir)
         self.total_steps = self._total_steps()
         """Length of the run in :attr:`unit`."""
         self.steps_per_iteration = self._iteration_length()
         """Steps (in :attr:`unit`) one iteration takes."""
-        self.checkpoints = CheckpointManager(self.run_dir, keep=cfg.keep_checkpoints)
+        # Ranks other than 0 keep only their own shard (env, replay, RNGs) for an exact resume.
+        self.shard_dir = None if self.is_main or self.dist is None else self.run_dir / RANKS_FOLDER / str(self.dist.rank)
+        self.checkpoints = CheckpointManager(self.shard_dir or self.run_dir, keep=cfg.keep_checkpoints)
         self.update_idx = 0
         self.steps = 0
         """Steps taken so far, in :attr:`unit`."""
@@ -161,8 +179,16 @@ class BaseRunner:
         """
         session_start = time.perf_counter()
         self._check_settings()
-        with RunLock(self.run_dir), _Interrupt() as interrupt:
-            self._open(resume)
+        if self.dist is not None:
+            # Same initial learner on every rank, gradients averaged from the first backward on.
+            distributed.attach(self.agent)
+        with contextlib.ExitStack() as stack:
+            interrupt = stack.enter_context(_Interrupt())
+            if self.dist is None:
+                stack.enter_context(RunLock(self.run_dir))
+                self._open(resume)
+            else:
+                self._open_distributed(resume, stack)
             self._loop(interrupt, session_start)
             return self._finish(session_start)
 
@@ -200,6 +226,58 @@ class BaseRunner:
             write_json(self.run_dir / "policy_spec.json", spec)
         self._started = True
 
+    def _open_distributed(self, resume: bool, stack: contextlib.ExitStack) -> None:
+        """:meth:`_open` on rank 0 (which alone locks and writes the run), then every other rank's shard.
+
+        Rank 0's outcome is broadcast first, so a run directory it refuses stops every rank with
+        its message; then each rank opens its shard (on resume: the checkpoint of rank 0's step)
+        and the ranks agree that all succeeded before the learner is taken from rank 0.
+        """
+        error: Exception | None = None
+        if self.is_main:
+            try:
+                stack.enter_context(RunLock(self.run_dir))
+                self._open(resume)
+            except Exception as exc:  # told to the other ranks, then raised here as it is
+                error = exc
+        status = distributed.broadcast_object(None if error is None else f"{error}")
+        if error is not None:
+            raise error
+        if status is not None:
+            raise RunDirError(f"rank 0 could not open {self.run_dir}: {status}")
+        step = distributed.broadcast_object(self.steps)
+        message = None
+        if not self.is_main:
+            try:
+                self._open_shard(resume, int(step))
+            except (RunDirError, CheckpointError, OSError) as exc:
+                error, message = exc, f"rank {self.dist.rank if self.dist else 0}: {exc}"
+        failures = [m for m in distributed.gather_objects(message) if m is not None]
+        if error is not None:
+            raise error
+        if failures:
+            raise RunDirError(f"resume: {'; '.join(failures)}")
+        if resume:
+            distributed.sync_learner(self.agent)  # weights and optimiser state: rank 0's checkpoint's
+
+    def _open_shard(self, resume: bool, step: int) -> None:
+        """A rank's own state besides rank 0's: on resume its shard checkpoint of ``step``; on a new run, none."""
+        assert self.shard_dir is not None
+        if not resume:
+            if self.shard_dir.exists():  # a shard left on this node by an earlier run in this folder
+                shutil.rmtree(self.shard_dir)
+            return
+        path = self.checkpoints.path_for(step)
+        if not path.is_file():
+            raise RunDirError(
+                f"no checkpoint of step {step} in {self.checkpoints.dir}; a distributed run resumes with the "
+                "processes it was trained with (same world size) and its ranks/ folders"
+            )
+        try:
+            self._load_state(load_checkpoint(path))
+        except (KeyError, ValueError, RuntimeError, TypeError, IndexError) as exc:
+            raise RunDirError(f"checkpoint {path} does not fit this run: {exc}") from None
+
     def _policy_spec(self) -> dict[str, Any] | None:
         source = self.env if self.env is not None else self.eval_env
         return source.policy_spec() if hasattr(source, "policy_spec") else None
@@ -207,8 +285,11 @@ class BaseRunner:
     def _loop(self, interrupt: _Interrupt, session_start: float) -> None:
         cfg = self.cfg
         self.total_steps = self._total_steps()  # read again: the config may have grown since __init__
-        logger = Logger(self.run_dir, console=cfg.console, tensorboard=cfg.tensorboard, total=self.total_steps,
-                        unit=self.unit)
+        logger: Logger | _NullLogger = (
+            Logger(self.run_dir, console=cfg.console, tensorboard=cfg.tensorboard, total=self.total_steps, unit=self.unit)
+            if self.is_main
+            else _NullLogger()
+        )
         self._returns, self._lengths, self._successes = [], [], []
         obs = self.env.obs if self.env is not None else {}
         try:
@@ -232,6 +313,8 @@ class BaseRunner:
                 metrics["train/skipped_updates"] = float(self.skipped_updates)
                 metrics[f"time/{self.unit}_per_s"] = self.steps / max(self.train_time, 1e-9)
                 logger.log(metrics, step=self.steps)
+                if self.dist is not None:
+                    self._agree(interrupt)
                 self._check_divergence()
                 # No checkpoint inside a streak of skipped updates: the last one stays before the trouble.
                 saved = self.bad_updates == 0 and (last or self.update_idx % cfg.checkpoint_interval == 0)
@@ -246,6 +329,14 @@ class BaseRunner:
                     )
         finally:
             logger.close()
+
+    def _agree(self, interrupt: _Interrupt) -> None:
+        """Make the ranks take the same branch (one collective): the worst divergence streak and
+        a stop request of any rank count for all, so no rank stops while the others wait for it.
+        """
+        worst, requested = distributed.all_max([int(self._worst_streak), int(interrupt.requested)])
+        self._worst_streak = torch.full_like(self._worst_streak, worst)
+        interrupt.requested = bool(requested)
 
     def _train_metrics(self, stats: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The iteration's update stats, finished-episode statistics and divergence counts (tensors: no sync here)."""
@@ -315,7 +406,10 @@ class BaseRunner:
         stats = update()
         # An agent without parameters() is checked on every float tensor of its learned state.
         params = _parameters(self.agent) or _float_tensors(learned())
-        if _all_finite([*stats.values(), *params]):
+        finite = _all_finite([*stats.values(), *params])
+        if self.dist is not None:
+            finite = distributed.all_true(finite)  # every rank keeps, or every rank undoes, the update
+        if finite:
             self.bad_updates = 0
             return stats
         self.agent.load_state_dict(snapshot)  # an agent keeps its replay buffer when the state has none
@@ -372,6 +466,7 @@ class BaseRunner:
                 "last_eval": self.last_eval,
                 "skipped_updates": self.skipped_updates,
                 "num_diverged": self.num_diverged,
+                "world_size": self.world_size,
             },
         }
         if self.env is not None:
@@ -396,6 +491,12 @@ class BaseRunner:
         if found is None:
             raise RunDirError(f"resume: no checkpoint in {self.checkpoints.dir}")
         path, state = found
+        trained_by = int(state.get("counters", {}).get("world_size", 1))
+        if trained_by != self.world_size:
+            raise RunDirError(
+                f"resume: checkpoint {path} was trained by {trained_by} process(es), this run has {self.world_size}; "
+                f"resume it with the same number of processes ({'distributed=true under torchrun' if trained_by > 1 else 'without distributed=true'})"
+            )
         try:
             self._load_state(state)
         except (KeyError, ValueError, RuntimeError, TypeError, IndexError) as exc:
@@ -438,7 +539,12 @@ class BaseRunner:
         }
 
     def _finish(self, session_start: float) -> dict[str, Any]:
-        """Write the summary (the checkpoint is already written), then the optional video and plot."""
+        """Write the summary (the checkpoint is already written), then the optional video and plot.
+
+        Ranks other than 0 write nothing: they return their summary (their eval entries are NaN).
+        """
+        if not self.is_main:
+            return self._summary(session_start)
         write_json(self.run_dir / "summary.json", self._summary(session_start))
         if self._video is not None:
             frames, fps = self._video
@@ -453,6 +559,16 @@ class BaseRunner:
         wanted = ("eval/return", "train/return") if self.eval_env is not None else ("train/return",)
         plot_learning_curve(self.run_dir / "metrics.csv", self.run_dir / "learning_curve.png", x=self.unit, y=wanted,
                             skip_missing=True)
+
+
+class _NullLogger:
+    """The logger of a rank other than 0: the run's metrics are rank 0's to write."""
+
+    def log(self, metrics: Any, step: int) -> None:
+        """Drop ``metrics``."""
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 class _Interrupt:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from robolearn.runners import distributed
 from robolearn.runners.base import BaseRunner
 from robolearn.types import Transition
 
@@ -18,8 +19,8 @@ class OffPolicyRunner(BaseRunner):
     """Trains an off-policy algorithm (SAC) on a batched env and writes a run directory."""
 
     def _iteration_length(self) -> int:
-        """One iteration is ``cfg.steps_per_iteration`` control steps of every world."""
-        return int(self.cfg.steps_per_iteration) * int(self.env.num_envs)
+        """One iteration is ``cfg.steps_per_iteration`` control steps of every world (of every rank)."""
+        return int(self.cfg.steps_per_iteration) * int(self.env.num_envs) * self.world_size
 
     def _iterate(self, obs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         def collect_and_learn() -> dict[str, torch.Tensor]:
@@ -27,7 +28,12 @@ class OffPolicyRunner(BaseRunner):
             stats: dict[str, torch.Tensor] = {}
             for _ in range(self.cfg.steps_per_iteration):
                 action = self.agent.act(obs)
-                if not bool(torch.isfinite(action).all()):
+                finite = bool(torch.isfinite(action).all())
+                if self.dist is not None:
+                    # The ranks stop together: one that left the loop alone would leave the others
+                    # waiting in the next update's gradient all-reduce.
+                    finite = distributed.all_true(finite)
+                if not finite:
                     # An update of this iteration broke the actor: stop acting on it; the guard
                     # finds the non-finite parameters and undoes the iteration's updates.
                     break

@@ -15,8 +15,8 @@ class OnPolicyRunner(BaseRunner):
     """Trains an on-policy algorithm (PPO) on a batched env and writes a run directory."""
 
     def _iteration_length(self) -> int:
-        """One iteration is ``agent.cfg.num_steps`` control steps of every world, then an update."""
-        return int(self.agent.cfg.num_steps) * int(self.env.num_envs)
+        """One iteration is ``agent.cfg.num_steps`` control steps of every world (of every rank), then an update."""
+        return int(self.agent.cfg.num_steps) * int(self.env.num_envs) * self.world_size
 
     def _iterate(self, obs: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         for _ in range(self.agent.cfg.num_steps):

@@ -38,8 +38,11 @@ RUN_FILES: tuple[str, ...] = (
     "config.json", "policy_spec.json", "metrics.csv", "summary.json", "learning_curve.png", "eval.mp4",
 )
 """Files a run writes at the top of its directory."""
-RUN_FOLDERS: tuple[str, ...] = ("checkpoints", "tb")
-"""Folders a run writes (checkpoints, TensorBoard events)."""
+RANKS_FOLDER = "ranks"
+"""Folder of a data-parallel run's rank shards: ``ranks/<rank>/checkpoints`` holds what rank ``rank``
+(other than 0) needs to resume exactly (its env, replay buffer and RNGs)."""
+RUN_FOLDERS: tuple[str, ...] = ("checkpoints", "tb", RANKS_FOLDER)
+"""Folders a run writes (checkpoints, TensorBoard events, the shards of a data-parallel run's ranks)."""
 
 FIXED_ON_RESUME: tuple[str, ...] = (
     "task", "task_overrides", "backend", "num_envs", "eval_num_envs", "algo", "dataset", "normalize_obs",

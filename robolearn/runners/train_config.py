@@ -18,6 +18,7 @@ from typing import Any
 
 from robolearn.algos import registry
 from robolearn.runners.base import RunnerConfig
+from robolearn.runners.distributed import check_config as check_distributed
 from robolearn.runners.o2o import O2OConfig
 from robolearn.utils.config import ConfigError, lists, read_json_object, to_dataclass
 
@@ -72,6 +73,11 @@ class TrainConfig:
     normalize_obs: bool | None = None
     """Offline algorithms only: normalise observations with the dataset's mean and std (default
     true, as CORL)."""
+    distributed: bool = False
+    """Data-parallel training over the processes ``torchrun`` starts (:mod:`robolearn.runners.distributed`,
+    PPO and SAC): each rank steps ``num_envs`` worlds of its own with its own seed, the gradients are
+    averaged over the ranks, rank 0 logs, evaluates and checkpoints. ``total_env_steps`` counts the
+    steps of all ranks."""
     o2o: O2OConfig | None = None
     """Offline-to-online fine-tuning (:mod:`robolearn.runners.o2o`): an offline phase on
     ``dataset`` (``total_grad_steps``; 0 or a pre-trained ``o2o.checkpoint`` skip it), a warm-up and
@@ -126,6 +132,8 @@ def train_config_from_dict(mapping: Mapping[str, Any]) -> TrainConfig:
     if cfg.overwrite:  # the top-level spelling of runner.overwrite
         cfg.runner.overwrite = True
     _check_ranges(cfg)
+    if cfg.distributed:
+        check_distributed(cfg)
     if cfg.o2o is not None:
         _check_o2o(cfg, spec)
         return cfg
