@@ -1,0 +1,208 @@
+"""The training hot path never leaves the device (issue 15, "device-resident training path").
+
+One PPO iteration (``num_steps`` of act/step/process, ``compute_returns``, ``update``) and one SAC
+iteration (act/step/process/update per step, replay sampling inside) are driven as
+``robolearn/runners/on_policy.py`` and ``off_policy.py`` drive them, under
+``robolearn.utils.hostsync.forbid_host_syncs``. Allowed: the env's documented sync points
+(``robolearn.envs.sync``: which worlds reset, the action's finiteness check) and the backend, and
+``torch.optim``: on the CPU, Adam reads its step counter and a tensor learning rate as Python
+numbers; on CUDA PPO's Adam is ``capturable`` and SAC's keeps its step counters on the host, so
+neither syncs there (tests/test_gpu.py checks that with ``torch.cuda.set_sync_debug_mode``).
+
+The guard must catch what it is for: an ``.item()`` in the PPO update and a boolean-mask index in
+replay sampling are injected and must be named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+
+import robolearn
+from robolearn.algos.ppo import PPO, PPOConfig
+from robolearn.algos.sac import SAC, SACConfig
+from robolearn.data.replay import ReplayBuffer
+from robolearn.envs.batched_env import BatchedEnv
+from robolearn.types import Batch, Transition
+from robolearn.utils.hostsync import ENV_SYNC_POINTS, HostSync, count_host_syncs, forbid_host_syncs
+
+ALLOWED = (*ENV_SYNC_POINTS, "torch.optim")
+"""What may leave the device during a training iteration on the CPU (see the module docstring)."""
+
+Obs = dict[str, torch.Tensor]
+
+
+def ppo_iteration(env: BatchedEnv, agent: PPO, obs: Mapping[str, torch.Tensor]) -> tuple[Obs, dict[str, torch.Tensor]]:
+    """One on-policy iteration as OnPolicyRunner._iterate runs it, without the runner's bookkeeping."""
+    for _ in range(agent.cfg.num_steps):
+        action = agent.act(obs)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
+        obs = next_obs
+    agent.compute_returns(obs)
+    return dict(obs), agent.update()
+
+
+def sac_iteration(
+    env: BatchedEnv, agent: SAC, obs: Mapping[str, torch.Tensor], steps: int
+) -> tuple[Obs, dict[str, torch.Tensor]]:
+    """``steps`` off-policy steps as OffPolicyRunner._iterate runs them: act, step, store, update."""
+    stats: dict[str, torch.Tensor] = {}
+    for _ in range(steps):
+        action = agent.act(obs)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
+        obs = next_obs
+        stats = agent.update() or stats
+    return dict(obs), stats
+
+
+def small_ppo(env: BatchedEnv, device: str = "cpu", **overrides: Any) -> PPO:
+    """A PPO with small networks and a short rollout (the same code path as the defaults)."""
+    cfg = dict(num_steps=6, num_epochs=2, num_minibatches=2, actor_hidden=(32, 32), critic_hidden=(32, 32))
+    return PPO(env.obs_dims, env.action_dim, PPOConfig(**{**cfg, **overrides}), device=device)
+
+
+def small_sac(env: BatchedEnv, device: str = "cpu", **overrides: Any) -> SAC:
+    """A SAC that learns from its 8th transition on, with small networks and a small ring buffer."""
+    cfg = dict(learning_starts=8, batch_size=16, buffer_size=40, actor_hidden=(32, 32), critic_hidden=(32, 32))
+    return SAC(
+        env.obs_dims, env.action_dim, SACConfig(**{**cfg, **overrides}),
+        action_low=env.ctrl_low, action_high=env.ctrl_high, device=device,
+    )
+
+
+def _env(task: str = "Cartpole-Balance", num_envs: int = 4) -> BatchedEnv:
+    # Short episodes with staggered ends: partial resets happen inside every iteration.
+    env = robolearn.make(task, num_envs, seed=3, nthread=1, episode_length=5)
+    env.reset(seed=3)
+    env.episode_length.copy_(torch.arange(num_envs) % 5)
+    return env
+
+
+@pytest.mark.parametrize(
+    ("task", "overrides"),
+    [
+        ("Cartpole-Balance", {}),
+        # Asymmetric critic, the randomised task (interval events, noise, latency), fixed schedule.
+        ("Cartpole-Balance-DR", {"critic_obs_group": "critic", "schedule": "fixed"}),
+        # Recurrent PPO: hidden states stored at chunk starts, truncated BPTT over chunks.
+        ("Cartpole-Balance", {"memory": "gru", "memory_hidden": 16, "bptt_length": 4}),
+    ],
+)
+def test_a_ppo_iteration_leaves_the_device_only_at_the_env_sync_points(task: str, overrides: dict[str, Any]) -> None:
+    env = _env(task)
+    agent = small_ppo(env, **overrides)
+    obs, _ = ppo_iteration(env, agent, env.obs)  # the first allocates the rollout storage
+    before = [p.detach().clone() for p in agent.parameters()]
+    with forbid_host_syncs(allowed=ALLOWED) as profile:
+        obs, stats = ppo_iteration(env, agent, obs)
+    assert all(torch.isfinite(v).all() for v in stats.values())
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.parameters(), strict=True)), "the update ran"
+    # The env's documented syncs were seen (so the guard was live over the steps): at least the
+    # reset decision and the action check of every step.
+    env_syncs = [s for s in profile.records if s.module == "robolearn.envs.sync"]
+    assert len(env_syncs) >= 2 * agent.cfg.num_steps
+
+
+def test_the_env_sync_budget_is_two_per_step_plus_one_where_a_world_ended() -> None:
+    # Cartpole-Balance has no interval events or commands: the action check, the reset decision
+    # and, on steps where some world ended, the count of diverged worlds; nothing else.
+    env = _env("Cartpole-Balance", num_envs=3)
+    agent = small_ppo(env)
+    obs, _ = ppo_iteration(env, agent, env.obs)
+    with count_host_syncs(allowed=ALLOWED) as profile:
+        for _ in range(10):
+            action = agent.act(obs)
+            obs, _, terminated, truncated, _ = env.step(action)
+            agent.process(Transition(obs, action, torch.zeros(3), obs, terminated, truncated))
+            if agent.storage is not None and agent.storage.full:
+                agent.storage.clear()
+    functions = [s.function for s in profile.records if s.module == "robolearn.envs.sync"]
+    assert functions.count("check_finite") == 10
+    assert functions.count("host_nonzero") == 10
+    # episode_length=5 with staggered ends: some world ends on 8 of these 10 steps... at least 6.
+    assert 6 <= functions.count("host_count") <= 10
+    assert len(functions) == 20 + functions.count("host_count")
+    assert not profile.forbidden()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        # REDQ-style: a random target subset (randperm on the device), several gradient steps per
+        # env step, a delayed actor, the ring buffer wrapping around.
+        {"num_critics": 5, "num_target_subset": 2, "utd_ratio": 3, "policy_delay": 2, "actor_q_reduction": "mean"},
+    ],
+)
+def test_a_sac_iteration_leaves_the_device_only_at_the_env_sync_points(overrides: dict[str, Any]) -> None:
+    env = _env("Cartpole-Balance-DR")
+    agent = small_sac(env, **overrides)
+    obs, _ = sac_iteration(env, agent, env.obs, steps=3)  # past learning_starts (4 worlds x 3 steps)
+    updates = agent.num_updates
+    with forbid_host_syncs(allowed=ALLOWED):
+        obs, stats = sac_iteration(env, agent, obs, steps=8)
+    assert agent.num_updates == updates + 8 * agent.cfg.utd_ratio
+    assert len(agent.replay) == agent.replay.capacity  # it wrapped around inside the guarded block
+    assert stats and all(torch.isfinite(v).all() for v in stats.values())
+
+
+def test_the_guard_names_an_item_in_the_ppo_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _env()
+    agent = small_ppo(env)
+    obs, _ = ppo_iteration(env, agent, env.obs)
+    import robolearn.algos.ppo.agent as ppo_agent
+
+    real = ppo_agent.ppo_loss
+
+    def logged_loss(*args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        losses = real(*args, **kwargs)
+        losses["loss_policy"].item()  # what a per-minibatch log line would do
+        return losses
+
+    monkeypatch.setattr(ppo_agent, "ppo_loss", logged_loss)
+    with pytest.raises(HostSync, match=r"Tensor\.item from tests\.test_hot_path_syncs\.logged_loss"):
+        with forbid_host_syncs(allowed=ALLOWED):
+            ppo_iteration(env, agent, obs)
+
+
+def test_the_guard_names_a_boolean_mask_in_replay_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = _env()
+    agent = small_sac(env)
+    obs, _ = sac_iteration(env, agent, env.obs, steps=3)
+    real = ReplayBuffer.gather
+
+    def gather_finite(self: ReplayBuffer, idx: torch.Tensor) -> Batch:
+        batch = real(self, idx)
+        keep = torch.isfinite(batch.reward)  # dropping rows by a mask: the size is data-dependent
+        return Batch(
+            obs={k: v[keep] for k, v in batch.obs.items()}, action=batch.action[keep], reward=batch.reward[keep],
+            next_obs={k: v[keep] for k, v in batch.next_obs.items()}, terminated=batch.terminated[keep],
+            truncated=batch.truncated[keep], extras={},
+        )
+
+    monkeypatch.setattr(ReplayBuffer, "gather", gather_finite)
+    with pytest.raises(HostSync, match=r"aten\.index with a boolean mask from tests\.test_hot_path_syncs\."):
+        with forbid_host_syncs(allowed=ALLOWED):
+            sac_iteration(env, agent, obs, steps=2)
+
+
+def test_allowed_modules_do_not_hide_an_asker_outside_them() -> None:
+    # torch.optim is allowed only when it is on the stack; a sync written next to optimizer.step()
+    # is the caller's. And the profile lists each site with its count.
+    x = torch.ones(3)
+    with count_host_syncs(allowed=ALLOWED) as profile:
+        for _ in range(3):
+            float(x.sum())
+        bool(x.any())
+    assert [(s.what, s.function, n) for s, n in profile.by_site()] == [
+        ("Tensor.__float__", "test_allowed_modules_do_not_hide_an_asker_outside_them", 3),
+        ("Tensor.__bool__", "test_allowed_modules_do_not_hide_an_asker_outside_them", 1),
+    ]
+    assert len(profile.forbidden()) == 4
+    with pytest.raises(HostSync, match=r"aten\.nonzero from tests\.test_hot_path_syncs"), forbid_host_syncs(ALLOWED):
+        torch.nonzero(x)
