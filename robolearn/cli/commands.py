@@ -47,6 +47,7 @@ from robolearn.cli.config import (
     train_config_from_dict,
     train_config_to_dict,
 )
+from robolearn.cli.launch import JobResult, LaunchError, job_defaults, quote, run_sweep, split_launcher
 from robolearn.runners import CheckpointError, RunDirError, TrainingDiverged
 from robolearn.runners.rollout import VideoSpec, rollout
 
@@ -58,6 +59,8 @@ GROUPS = frozenset({"algo", "runner", "experiment", "o2o_method"})
 """Config groups (``algo=sac`` picks a file, it does not set a value; ``o2o_method`` comes with an
 offline-to-online experiment)."""
 _STARTED = _dt.datetime.now()
+TABLE_COLUMNS = ("run_dir", "final eval return", "env steps")
+"""Columns of a sweep's summary table."""
 
 
 class UsageError(ValueError):
@@ -80,11 +83,20 @@ def run_command(command: str, argv: Sequence[str]) -> int:
     try:
         if command != "train" and multirun:
             raise UsageError("-m/--multirun is for train only")
+        launcher, hydra_overrides, job_overrides = split_launcher(overrides)
+        if launcher is not None or any(o.lstrip("+~").startswith("hydra.launcher") for o in hydra_overrides):
+            if command != "train" or not multirun:
+                raise UsageError(f"{' '.join(hydra_overrides)}: a launcher runs the jobs of a sweep: `robolearn train -m "
+                                 "hydra/launcher=<joblib|submitit_local|submitit_slurm> seed=0,1 ...`")
+            if launcher is None:
+                raise UsageError(f"{' '.join(hydra_overrides)}: pick the launcher too (hydra/launcher=joblib, "
+                                 "submitit_local or submitit_slurm)")
+            return launched_sweep(launcher, hydra_overrides, job_overrides)
         jobs = expand_sweeps(overrides) if multirun else [(overrides, "")]
         if command == "train":
             results = [train_job(job, name) for job, name in jobs]
             if multirun:
-                _print_table(["run_dir", "final eval return", "env steps"], results)
+                _print_table(list(TABLE_COLUMNS), results)
             return 0
         handlers: dict[str, Callable[[list[str]], int]] = {
             "eval": eval_command,
@@ -93,7 +105,7 @@ def run_command(command: str, argv: Sequence[str]) -> int:
             "data": data_entry,
         }
         return handlers[command](overrides)
-    except (ConfigError, UsageError, HydraException, OmegaConfBaseException, RunDirError, CheckpointError) as exc:
+    except (ConfigError, UsageError, LaunchError, HydraException, OmegaConfBaseException, RunDirError, CheckpointError) as exc:
         return _fail(command, _message(exc), 2)
     except OSError as exc:  # a missing or unreadable file, an unwritable folder, a full disk
         return _fail(command, _os_message(exc), 2)
@@ -170,14 +182,53 @@ def _force_add(override: str) -> str:
 # -- train ------------------------------------------------------------------------------------
 def train_job(overrides: list[str], job_name: str = "") -> list[Any]:
     """Compose, convert and run one training job; return ``[run_dir, final eval return, env steps]``."""
-    composed = compose_config("train", overrides)
+    return _run_train_config(job_train_config(compose_config("train", overrides), overrides, job_name))
+
+
+def job_train_config(composed: dict[str, Any], overrides: Sequence[str], job_name: str = "") -> TrainConfig:
+    """A job's :class:`TrainConfig` from its composed config: a resumed run's own, or in ``<run_dir>/<job_name>``."""
     if composed.get("resume"):
         composed = _resumed_config(str(composed["resume"]), overrides)
     elif job_name:
         composed["run_dir"] = str(Path(str(composed["run_dir"])) / job_name)
-    cfg = train_config_from_dict(composed)
+    return train_config_from_dict(composed)
+
+
+def _run_train_config(cfg: TrainConfig) -> list[Any]:
+    """Train ``cfg``; its row of the summary table."""
     summary = train(cfg)
     return [cfg.run_dir, summary.get("final_eval_return", math.nan), summary.get("env_steps", summary.get("grad_steps", 0))]
+
+
+def launched_job(composed: dict[str, Any], overrides: list[str]) -> list[Any]:
+    """One job of a launched sweep, in the launcher's worker: Hydra composed ``composed`` from the job's
+    ``overrides`` (its run dir fixed by :func:`launched_sweep`); train it, return its table row.
+    """
+    return _run_train_config(job_train_config(composed, overrides))
+
+
+def launched_sweep(launcher: str, hydra_overrides: list[str], overrides: list[str]) -> int:
+    """``robolearn train -m hydra/launcher=<launcher> ...``: the sweep's jobs through Hydra's launcher plugin.
+
+    Every job's config is composed and checked here first (nothing trains when one is wrong) and
+    its run dir fixed, the same as the sequential sweep's (``<run_dir>/<swept overrides>``; the
+    ``now`` of the default run_dir is this process's). Prints the summary table from the jobs'
+    return values; returns 1 if a job failed (each failure on its own line), 0 otherwise.
+    """
+    jobs = []
+    for job, name in expand_sweeps(overrides):
+        # Force-added as compose_config does: the plugin recomposes each job from these overrides.
+        job = [_force_add(o) for o in (*job_defaults(launcher, overrides), *job)]
+        cfg = job_train_config(compose_config("train", job), job, name)
+        # The job's final run dir replaces the command line's (now resolved once, here).
+        kept = [o for o in job if o.lstrip("+~").split("=", 1)[0] != "run_dir"]
+        jobs.append(([*kept, f"++run_dir={quote(cfg.run_dir)}"], cfg.run_dir))
+    results: list[JobResult] = run_sweep(CONFIG_MODULE, "train", launcher, hydra_overrides, jobs, launched_job)
+    _print_table(list(TABLE_COLUMNS), [r.row() for r in results])
+    failed = [r for r in results if r.error is not None]
+    for result in failed:
+        print(f"robolearn train: error: job {result.run_dir} failed: {result.error}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _resumed_config(resume: str, overrides: Sequence[str]) -> dict[str, Any]:
