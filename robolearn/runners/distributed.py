@@ -119,7 +119,6 @@ def prepare(cfg: Any) -> Any:
         ConfigError: ``distributed=true`` outside torchrun, an algorithm or mode the data-parallel
             path does not cover, or a device this rank cannot use. Nothing is written before.
     """
-    global _CONTEXT
     if not getattr(cfg, "distributed", False):
         return cfg
     missing = [name for name in TORCHRUN_VARS if name not in os.environ]
@@ -127,34 +126,59 @@ def prepare(cfg: Any) -> Any:
         raise ConfigError(
             f"distributed=true: this process was not started by torchrun ({', '.join(missing)} not set); {LAUNCH_HINT}"
         )
+    check_config(cfg)
+    ctx = join_group(cfg.device)
+    device = f"cuda:{ctx.local_rank}" if ctx.backend == "nccl" else "cpu"
+    return rank_config(cfg, ctx.rank, device)
+
+
+def join_group(device: str = "cpu") -> DistContext:
+    """Join the process group torchrun's environment describes, for training on ``device``.
+
+    ``cpu``: gloo; ``cuda`` (any index: each rank takes ``cuda:LOCAL_RANK``): nccl. Collectives
+    time out after ``ROBOLEARN_DIST_TIMEOUT_S`` seconds (default :data:`DEFAULT_TIMEOUT_S`).
+
+    Raises:
+        ConfigError: a torchrun variable is missing or not an integer, or ``device`` cannot be used here.
+    """
+    global _CONTEXT
+    missing = [name for name in TORCHRUN_VARS if name not in os.environ]
+    if missing:
+        raise ConfigError(f"distributed: {', '.join(missing)} not set; {LAUNCH_HINT}")
     rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
     if not (world >= 1 and 0 <= rank < world and local >= 0):
         raise ConfigError(f"distributed=true: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local} are inconsistent; {LAUNCH_HINT}")
-    check_config(cfg)
-    device = torch.device(cfg.device)
-    if device.type == "cuda":
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ConfigError(f"device: expected cpu or cuda, got {device!r}") from None
+    if kind == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"device: {cfg.device!r} but CUDA is not available on this machine; use device=cpu (gloo)")
+            raise ConfigError(f"device: {device!r} but CUDA is not available on this machine; use device=cpu (gloo)")
         if local >= torch.cuda.device_count():
             raise ConfigError(
                 f"device: rank {rank} has LOCAL_RANK={local} but this node has {torch.cuda.device_count()} GPU(s); "
                 "start at most one process per GPU (--nproc_per_node)"
             )
-        device, backend = torch.device("cuda", local), "nccl"
-        torch.cuda.set_device(device)
-    elif device.type == "cpu":
-        backend = "gloo"
+        comm, backend = torch.device("cuda", local), "nccl"
+        torch.cuda.set_device(comm)
+    elif kind == "cpu":
+        comm, backend = torch.device("cpu"), "gloo"
     else:
-        raise ConfigError(f"device: distributed=true runs on cpu (gloo) or cuda (nccl), got {cfg.device!r}")
+        raise ConfigError(f"device: distributed=true runs on cpu (gloo) or cuda (nccl), got {device!r}")
     if not dist.is_available():
         raise ConfigError("distributed=true: this torch build has no torch.distributed")
-    timeout = datetime.timedelta(seconds=float(os.environ.get("ROBOLEARN_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
+    raw = os.environ.get("ROBOLEARN_DIST_TIMEOUT_S", str(DEFAULT_TIMEOUT_S))
+    try:
+        timeout = datetime.timedelta(seconds=float(raw))
+    except ValueError:
+        raise ConfigError(f"ROBOLEARN_DIST_TIMEOUT_S: expected a number of seconds, got {raw!r}") from None
     if not dist.is_initialized():
-        kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
+        kwargs: dict[str, Any] = {"device_id": comm} if backend == "nccl" else {}
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **kwargs)
-    _CONTEXT = DistContext(rank, world, local, backend, device if backend == "nccl" else torch.device("cpu"))
+    _CONTEXT = DistContext(rank, world, local, backend, comm)
     log.info("rank %d of %d (local rank %d) joined the %s process group", rank, world, local, backend)
-    return rank_config(cfg, rank, str(device))
+    return _CONTEXT
 
 
 def check_config(cfg: Any) -> None:
@@ -419,6 +443,7 @@ __all__ = [
     "finish",
     "gather_objects",
     "is_main",
+    "join_group",
     "learned_tensors",
     "optimizer_tensors",
     "prepare",
