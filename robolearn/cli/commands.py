@@ -224,6 +224,9 @@ def launched_sweep(launcher: str, hydra_overrides: list[str], overrides: list[st
         kept = [o for o in job if o.lstrip("+~").split("=", 1)[0] != "run_dir"]
         jobs.append(([*kept, f"++run_dir={quote(cfg.run_dir)}"], cfg.run_dir))
     results: list[JobResult] = run_sweep(CONFIG_MODULE, "train", launcher, hydra_overrides, jobs, launched_job)
+    for result in results:
+        if result.pid:
+            log.info("%s ran in process %d", result.run_dir, result.pid)
     _print_table(list(TABLE_COLUMNS), [r.row() for r in results])
     failed = [r for r in results if r.error is not None]
     for result in failed:

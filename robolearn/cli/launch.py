@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,8 +138,13 @@ def split_launcher(overrides: Sequence[str]) -> tuple[str | None, list[str], lis
 
 
 def quote(value: str) -> str:
-    """``value`` as one quoted Hydra override value (a run dir may hold ``=`` and ``,``)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """``value`` as one quoted Hydra override value (a run dir may hold ``=`` and ``,``).
+
+    Inside Hydra's quotes a backslash is literal except before a quote or at the end, where it is
+    doubled; the quote itself is escaped.
+    """
+    escaped = re.sub(r"\\+(?='|$)", lambda m: m.group(0) * 2, value)
+    return "'" + escaped.replace("'", "\\'") + "'"
 
 
 def run_sweep(
@@ -276,8 +282,10 @@ def _from_run_dir(run_dir: str, error: str) -> JobResult:
 def _first_line(exc: BaseException) -> str:
     """The first line of a Hydra/OmegaConf error (its config search path dump dropped)."""
     text = str(exc).strip().split("\nConfig search path", 1)[0]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return "; ".join(lines[:3]) if lines else type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()][:1]
+    if exc.__cause__ is not None:  # "Error merging override ..." says why only in its cause
+        lines += [line.strip() for line in str(exc.__cause__).splitlines() if line.strip()][:1]
+    return ": ".join(lines) if lines else type(exc).__name__
 
 
 __all__ = [
