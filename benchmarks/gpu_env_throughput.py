@@ -58,8 +58,9 @@ COLUMNS = ["task", "N", "decimation", "steps/s", "graph-captured steps/s", "CPU 
 
 
 def measure(task: str, n: int, backend: str, device: torch.device, args: argparse.Namespace,
-            steps: int, graph_capture: bool = False) -> dict[str, Any]:
-    """Env steps/s of ``n`` worlds of ``task``: median over rounds; or the reason it could not run."""
+            steps: int, warmup: int, rounds: int, graph_capture: bool = False) -> dict[str, Any]:
+    """Env steps/s of ``n`` worlds of ``task``: median over ``rounds`` rounds of ``steps`` steps after
+    ``warmup`` untimed ones; or the reason it could not run."""
     why = unsupported(task, backend)
     if why is not None:
         return {"error": f"unsupported: {why}"}
@@ -74,9 +75,9 @@ def measure(task: str, n: int, backend: str, device: torch.device, args: argpars
                 # Drawn on the device inside the loop, as a policy's sample would be: no host copy.
                 env.step(torch.rand(shape, generator=gen, device=device) * 2.0 - 1.0)
 
-        run(args.warmup)
+        run(warmup)
         sync(device)
-        secs = [timed(lambda: run(steps), device) for _ in range(args.rounds)]
+        secs = [timed(lambda: run(steps), device) for _ in range(rounds)]
         med = statistics.median(secs)
         return {"rate": n * steps / med, "decimation": env.cfg.decimation, "seconds": secs,
                 "spread": (max(secs) - min(secs)) / med}
@@ -133,9 +134,12 @@ def main(argv: list[str] | None = None) -> None:
     for task in args.tasks:
         for n in args.sizes:
             log(f"{task} N={n}")
-            main_res = measure(task, n, args.backend, device, args, args.steps)
-            graph_res = measure(task, n, args.backend, device, args, args.steps, graph_capture=True) if graph else None
-            cpu_res = (measure(task, n, "mujoco", torch.device("cpu"), args, cpu_steps) if cpu_column else None)
+            main_res = measure(task, n, args.backend, device, args, args.steps, args.warmup, args.rounds)
+            graph_res = (measure(task, n, args.backend, device, args, args.steps, args.warmup, args.rounds,
+                                 graph_capture=True) if graph else None)
+            # The CPU batch has nothing to compile or capture: 2 warm-up steps, 3 rounds at most.
+            cpu_res = (measure(task, n, "mujoco", torch.device("cpu"), args, cpu_steps, 2, min(args.rounds, 3))
+                       if cpu_column else None)
             best = max((r["rate"] for r in (main_res, graph_res) if r and "rate" in r), default=math.nan)
             ratio = (f"{best / cpu_res['rate']:.1f}×" if cpu_res and "rate" in cpu_res and math.isfinite(best)
                      else "—")

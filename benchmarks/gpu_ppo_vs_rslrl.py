@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minibatches", type=int, default=4)
     parser.add_argument("--hidden", type=int, nargs="+", default=None, help="MLP widths (default 256 256 256)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5)")
-    parser.add_argument("--updates", type=int, default=None, help="timed updates per method per round (default 2)")
+    parser.add_argument("--updates", type=int, default=None, help="timed updates per method per round (default 3)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra PPOConfig fields for robolearn (e.g. a compile option)")
     args = parser.parse_args(argv)
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     args.num_envs = args.num_envs or (8 if quick else 4096)
     args.hidden = args.hidden or ([32, 32] if quick else [256, 256, 256])
     args.rounds = args.rounds or (2 if quick else 5)
-    args.updates = args.updates or (1 if quick else 2)
+    args.updates = args.updates or (1 if quick else 3)
     if quick:
         args.num_steps, args.epochs, args.minibatches = 4, 1, 2
     device = setup(args)
