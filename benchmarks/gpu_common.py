@@ -209,6 +209,8 @@ def make_env(task: str, num_envs: int, backend: str, device: torch.device | str,
             raise
     # robolearn.make did not forward the keyword to the backend: switch it on the built backend if
     # it has the attribute (the step is captured on its first call after that), else say so.
+    if torch.device(device).type != "cuda":
+        raise ValueError(f"graph_capture: CUDA graphs need a CUDA device, got device={str(device)!r}")
     env = robolearn.make(task, num_envs, **kwargs, **overrides)
     if not hasattr(env.sim, "graph_capture"):
         env.close()
