@@ -4,7 +4,9 @@ Each command composes its primary config (``train.yaml``, ``eval.yaml``, ``expor
 ``robolearn.configs``) with Hydra's compose API, converts it to dataclasses once
 (:mod:`robolearn.cli.config`) and runs. Hydra writes nothing and changes no directory: the run
 directory is the only output. ``-m``/``--multirun`` expands sweeps (``seed=0,1,2``,
-``range(0,3)``) into one job per combination, each in ``<run_dir>/<swept overrides>``.
+``range(0,3)``) into one job per combination, each in ``<run_dir>/<swept overrides>``, run one after
+the other here, or with ``hydra/launcher=joblib|submitit_slurm|submitit_local`` through Hydra's
+launcher plugins (:mod:`robolearn.cli.launch`).
 
 Plain ``key=value`` overrides are force-added (``++``) so that an unknown key reaches
 :func:`~robolearn.cli.config.to_dataclass`, which names it, the valid fields and the closest match.
@@ -494,6 +496,13 @@ def _help(command: str) -> str:
     }[command]
     text = f"usage: {usage}\n\n"
     if command == "train":
+        text += (
+            "sweeps: -m seed=0,1,2 lr=range(...) runs one job per combination in <run_dir>/<swept overrides>,\n"
+            "  one after the other in this process; add hydra/launcher=joblib (local processes,\n"
+            "  hydra.launcher.n_jobs=N), submitit_slurm (a Slurm job array: hydra.launcher.partition=...,\n"
+            "  timeout_min, gpus_per_node, cpus_per_task, mem_gb, ...) or submitit_local to run them\n"
+            "  through Hydra's launcher plugins (pip install robolearn[launchers]).\n"
+        )
         text += f"tasks: {', '.join(robolearn.list_tasks())}\n"
         for group in sorted(GROUPS):
             choices = sorted(p.name[:-5] for p in (configs / group).iterdir() if p.name.endswith(".yaml"))

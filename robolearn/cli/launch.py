@@ -228,9 +228,9 @@ def _launcher_defaults(launcher: str, num_jobs: int) -> list[str]:
     """Robolearn's defaults for a launcher, before the command line's (which win).
 
     joblib's own ``n_jobs=-1`` starts one worker per core however few jobs there are; robolearn
-    starts at most one per job. (These are computed, which a YAML file in the group could not do;
-    and a ``configs/hydra/launcher/joblib.yaml`` would replace the plugin's config rather than
-    extend it, since Hydra 1.2 no longer merges a YAML file into a same-named structured config.)
+    starts at most one per job. (Computed, which a YAML file in the group could not be; and a
+    ``configs/hydra/launcher/joblib.yaml`` shadowing the plugin's entry is merged into it only by
+    Hydra's deprecated "automatic schema matching", which warns on every composition.)
     """
     if launcher == "joblib":
         return [f"hydra.launcher.n_jobs={max(1, min(num_jobs, os.cpu_count() or 1))}"]

@@ -25,7 +25,8 @@ from robolearn.envs import BatchedEnv, task_cfg
 from robolearn.sim import BACKENDS
 
 HYDRA_COMMANDS: dict[str, str] = {
-    "train": "train task=<TaskId> algo=<ppo|sac> [key=value ...] (Hydra overrides; -m sweeps; --help)",
+    "train": "train task=<TaskId> algo=<ppo|sac> [key=value ...] (Hydra overrides; -m sweeps, "
+    "hydra/launcher=joblib|submitit_slurm runs them in parallel; --help)",
     "eval": "eval run=<run dir>: mean return of the latest checkpoint (--help)",
     "export": "export run=<run dir> format=<onnx|torchscript|all>: policy + manifest (--help)",
     "sim2sim": "sim2sim run=<run dir>: evaluate under perturbed physics and latency, pass/fail (--help)",
