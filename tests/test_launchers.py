@@ -145,6 +145,7 @@ def test_submitit_slurm_writes_the_sbatch_script_the_user_asked_for(tmp_path, mo
         (["hydra/launcher=joblib", "hydra.launcher.n_jobs=two"], "hydra.launcher.n_jobs=two: Error merging override"),
         (["hydra/launcher=submitit_slurm", "hydra.launcher.partion=gpu"], "no option 'partion'; its options: account, additional_parameters,"),
         (["hydra.launcher.n_jobs=2"], "pick the launcher too"),
+        (["hydra/launcher=joblib", "hydra.sweep.dir=elsewhere"], "hydra.sweep.dir=elsewhere: robolearn fixes Hydra's output settings"),
         (["hydra/launcher=joblib", "algo.lrr=3"], "algo.lrr: field 'lrr' is not in PPOConfig"),
     ],
 )

@@ -64,6 +64,10 @@ QUIET_HYDRA = (
 )
 """Hydra settings of every launched sweep: Hydra writes nothing into the run directories."""
 
+FIXED_HYDRA = ("hydra.sweep", "hydra.run", "hydra.output_subdir", "hydra.job.chdir", "hydra/job_logging",
+               "hydra/hydra_logging", "hydra.job_logging", "hydra.hydra_logging")
+"""Hydra settings robolearn fixes (:data:`QUIET_HYDRA`): the run dirs come from ``run_dir`` alone."""
+
 LOCAL_LAUNCHERS = frozenset({"basic", "joblib", "submitit_local"})
 """Launchers whose jobs share this machine: each job gets one torch thread unless told otherwise."""
 
@@ -214,6 +218,11 @@ def _compose_master(
                 )
         if parsed.is_sweep_override():
             raise LaunchError(f"{text}: a hydra setting cannot be swept")
+        if key.startswith(FIXED_HYDRA):
+            raise LaunchError(
+                f"{text}: robolearn fixes Hydra's output settings (the jobs' run dirs come from run_dir; Hydra "
+                "writes no .hydra/ or log file); set hydra/launcher, hydra.launcher.<option> or other hydra keys"
+            )
     try:
         return compose(
             config_name,
