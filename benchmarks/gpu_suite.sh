@@ -9,9 +9,9 @@
 # $OUT/<step>.log, its measurements to $OUT/<step>.json; $OUT/results.md gathers the tables and
 # the exit status of every step. A failing step is recorded and the suite goes on.
 #
-#   bash benchmarks/gpu_suite.sh                               # everything, about 70-80 min (caps below)
-#   ONLY="throughput ppo" bash benchmarks/gpu_suite.sh         # some steps
-#   QUICK=1 LOCAL=1 PY=.venv/bin/python bash benchmarks/gpu_suite.sh   # CPU smoke run of the whole suite
+#   bash benchmarks/gpu_suite.sh                     # everything: up to ~100 min (TTT_MINUTES=2: ~45 min)
+#   ONLY="sac gputest" bash benchmarks/gpu_suite.sh  # some steps (these two need no Warp)
+#   QUICK=1 LOCAL=1 PY=.venv/bin/python bash benchmarks/gpu_suite.sh  # CPU smoke run of the whole suite
 #
 # Environment: OUT (results folder; default gpu_results/<time>), PY (python), DEVICE (cuda),
 # BACKEND (warp), ONLY (steps among: throughput ppo sac ttt gputest), QUICK (tiny CPU sizes, and
@@ -40,8 +40,13 @@ OUT=$(cd "$OUT" && pwd)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(getconf _NPROCESSORS_ONLN)}
 export ROBOLEARN_COMMIT=${ROBOLEARN_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
-need="robolearn mujoco gymnasium tensordict rsl_rl stable_baselines3 pytest"
-[ "$BACKEND" = warp ] && need="$need warp mujoco_warp"
+has() { case " $ONLY " in *" $1 "*) return 0;; esac; return 1; }  # is step $1 asked for?
+# Only what the asked steps import: SAC alone (no env stepped) runs without Warp, for instance.
+need="robolearn mujoco gymnasium"
+has ppo && need="$need tensordict rsl_rl"
+has sac && need="$need stable_baselines3"
+has gputest && [ -f "$REPO/tests/test_gpu.py" ] && need="$need pytest"
+if [ "$BACKEND" = warp ] && { has throughput || has ppo || has ttt; }; then need="$need warp mujoco_warp"; fi
 missing() {  # the modules of "$@" that $PY cannot find
   (cd /tmp && $PY - "$@" <<'PY'
 import importlib.util, sys
@@ -74,6 +79,10 @@ if [ -n "$gone" ]; then
   esac
   exit 2
 fi
+case "$DEVICE" in cuda*)
+  (cd /tmp && $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)") || {
+    echo "DEVICE=$DEVICE but torch.cuda.is_available() is False here; QUICK=1 runs the CPU smoke version"; exit 3; };;
+esac
 
 {
   echo "# GPU benchmarks (issue 15), $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -87,7 +96,7 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 status=0
 step() {  # step NAME CAP_SECONDS SCRIPT ARGS...: run one benchmark from /tmp (no source-tree shadowing)
   local name=$1 cap=$2 script=$3; shift 3
-  case " $ONLY " in *" $name "*) ;; *) return 0;; esac
+  has "$name" || return 0
   local extra_var="EXTRA_$(echo "$name" | tr '[:lower:]' '[:upper:]')"
   echo "== $name: $script $* ${!extra_var:-} (cap ${cap}s)"
   local t0=$(date +%s)
@@ -110,7 +119,7 @@ else
   step ttt $(( 12 * (TTT_MINUTES * 60 + 120) )) gpu_time_to_threshold.py --max-minutes "$TTT_MINUTES"
 fi
 
-case " $ONLY " in *" gputest "*)
+if has gputest; then
   if [ -f "$REPO/tests/test_gpu.py" ]; then
     echo "== gputest: pytest -m gpu tests/test_gpu.py"
     (cd /tmp && timeout 900 $PY -m pytest -m gpu "$REPO/tests/test_gpu.py" --rootdir "$REPO" -c "$REPO/pyproject.toml" \
@@ -122,7 +131,7 @@ case " $ONLY " in *" gputest "*)
     echo "   exit $rc"
   else
     echo "== gputest: tests/test_gpu.py not present, skipped" | tee -a "$OUT/results.md"
-  fi;;
-esac
+  fi
+fi
 echo "results: $OUT/results.md"
 exit $status
