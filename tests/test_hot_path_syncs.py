@@ -15,6 +15,7 @@ replay sampling are injected and must be named.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -206,3 +207,89 @@ def test_allowed_modules_do_not_hide_an_asker_outside_them() -> None:
     assert len(profile.forbidden()) == 4
     with pytest.raises(HostSync, match=r"aten\.nonzero from tests\.test_hot_path_syncs"), forbid_host_syncs(ALLOWED):
         torch.nonzero(x)
+
+
+# -- compiled updates: the sync-free step runs under torch.compile with the eager numerics -------
+
+
+def _same_rollout(env: BatchedEnv, eager: PPO, compiled: PPO, obs: Mapping[str, torch.Tensor]) -> Obs:
+    """Collect one rollout with ``eager`` and hand ``compiled`` the identical storage."""
+    for _ in range(eager.cfg.num_steps):
+        action = eager.act(obs)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        eager.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
+        obs = next_obs
+    eager.compute_returns(obs)
+    compiled.storage = copy.deepcopy(eager.storage)
+    return dict(obs)
+
+
+@pytest.mark.slow
+def test_a_compiled_ppo_update_matches_the_eager_one() -> None:
+    # Compiling takes tens of seconds on a loaded CPU (inductor's C++ kernels): slow-marked.
+    env = _env("Cartpole-Balance", num_envs=8)
+    eager = small_ppo(env, num_steps=8, schedule="fixed")
+    compiled = small_ppo(env, num_steps=8, schedule="fixed", compile=True)
+    compiled.load_state_dict(eager.state_dict())
+    obs = env.obs
+    for _ in range(3):
+        obs = _same_rollout(env, eager, compiled, obs)
+        a, b = eager.update(), compiled.update()
+        for key in ("loss_policy", "loss_value", "loss_entropy", "kl", "action_std"):
+            assert torch.allclose(a[key], b[key], rtol=1e-4, atol=1e-5), key
+    assert compiled._compiled_step is not None  # the compiled path ran
+    for p, q in zip(eager.parameters(), compiled.parameters(), strict=True):
+        assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
+    assert any(not torch.equal(p, q) for p, q in zip(eager.parameters(), compiled.parameters(), strict=True)), (
+        "the compiled step is a different program (fused kernels): bitwise equality would mean it did not run"
+    )
+
+
+@pytest.mark.slow
+def test_a_compiled_sac_step_matches_the_eager_one() -> None:
+    # REDQ subset and a delayed actor: both step graphs (critic only, full) are compiled.
+    env = _env("Cartpole-Balance", num_envs=4)
+    kw = {"num_critics": 4, "num_target_subset": 2, "policy_delay": 2}
+    eager, compiled = small_sac(env, **kw), small_sac(env, compile=True, **kw)
+    compiled.load_state_dict(eager.state_dict())
+    sac_iteration(env, eager, env.obs, steps=4)
+    compiled.replay.load_state_dict(eager.replay.state_dict())
+    for _ in range(4):
+        batch = eager.replay.sample(16, torch.Generator().manual_seed(len(eager.replay)))
+        a, b = eager.update(batch), compiled.update(batch)
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.allclose(a[key], b[key], rtol=1e-4, atol=1e-5), key
+    assert compiled.generator.get_state().equal(eager.generator.get_state())  # the same draws, outside the graph
+    for p, q in zip(eager.parameters(), compiled.parameters(), strict=True):
+        assert torch.allclose(p, q, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="compile: supported for the feed-forward PPO only"):
+        PPOConfig(compile=True, memory="gru")
+    with pytest.raises(ValueError, match="compile_mode: unknown 'fast'"):
+        PPOConfig(compile=True, compile_mode="fast")
+    with pytest.raises(ValueError, match="compile_mode: unknown 'fast'"):
+        SACConfig(compile=True, compile_mode="fast")
+
+
+def test_sac_draws_its_noise_before_the_step_in_the_eager_order() -> None:
+    # The step's draws moved out of the losses (so a compiled step has no generator inside): the
+    # stream must be consumed exactly as before, subset, then the next action's noise, then the
+    # actor's, so a run with compile=False is bit-for-bit what it was.
+    env = _env("Cartpole-Balance", num_envs=4)
+    agent = small_sac(env, num_critics=4, num_target_subset=2)
+    sac_iteration(env, agent, env.obs, steps=4)
+    batch = agent.replay.sample(16, torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(7)
+    agent.generator.set_state(gen.get_state())
+    perm = torch.randperm(4, generator=gen)
+    next_noise = torch.randn(16, env.action_dim, generator=gen)
+    noise = torch.randn(16, env.action_dim, generator=gen)
+    reference = copy.deepcopy(agent)
+    out = agent.update_step(batch)
+    ref = reference._gradient_step(batch, perm[:2], next_noise, noise)
+    for key in out:
+        assert torch.equal(out[key], ref[key]), key
+    assert agent.generator.get_state().equal(gen.get_state())

@@ -75,16 +75,24 @@ class TanhGaussianActor(nn.Module):
         return (log_one_minus_tanh_sq + self.action_scale.log()).sum(-1)
 
     def forward(
-        self, obs: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``(action[B, A], log_prob[B])`` with the reparameterisation trick.
 
         ``deterministic`` returns the squashed mean (and its log-density under the policy).
-        ``generator`` draws the noise from a given stream for reproducibility.
+        ``generator`` draws the noise from a given stream for reproducibility; ``noise`` (standard
+        normal ``[B, A]``, drawn by the caller) replaces the draw, so a compiled update needs no
+        generator inside the graph.
         """
         mean, log_std = self.distribution_params(obs)
         if deterministic:
             eps = torch.zeros_like(mean)
+        elif noise is not None:
+            eps = noise
         else:
             eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         u = mean + log_std.exp() * eps

@@ -115,6 +115,8 @@ class PPO:
         )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(cfg.seed)
+        self._compiled_step: Callable[..., Any] | None = None
+        """:meth:`_minibatch_step` under ``torch.compile`` (``cfg.compile``), built at the first update."""
         self.storage: RolloutStorage | None = None
         self._pending: dict[str, Any] | None = None
         # Recurrent states, batch-first [N, layers, hidden] per tensor: the rollout's (actor and
@@ -343,37 +345,15 @@ class PPO:
             if self.recurrent
             else self.storage.mini_batches(cfg.num_epochs, cfg.num_minibatches, self.generator)
         )
+        step = self._minibatch_step
+        if cfg.compile:
+            if self._compiled_step is None:
+                self._compiled_step = torch.compile(self._minibatch_step, mode=cfg.compile_mode, dynamic=False)
+            step = self._compiled_step
         for batch in batches:
-            mean, values = self._forward_batch(batch)
-            mask = batch.valid if isinstance(batch, ChunkBatch) else None
-            std = self.dist.std(mean)
-            log_probs = self.dist.log_prob(mean, std, batch.actions)
-            with torch.no_grad():
-                kl = masked_mean(gaussian_kl(batch.action_mean, batch.action_std, mean, std), mask)
-                if self.reduce_mean is not None:
-                    # Data-parallel: every rank adapts its step size to the same (mean) KL.
-                    kl = self.reduce_mean(kl)
-                if cfg.schedule == "adaptive":
-                    self.learning_rate.copy_(
-                        adaptive_learning_rate(
-                            self.learning_rate, kl, cfg.desired_kl,
-                            min_lr=cfg.min_learning_rate, max_lr=cfg.max_learning_rate,
-                        )
-                    )
-                ratio = torch.exp(log_probs - batch.log_probs)
-                clip_fraction = masked_mean(((ratio - 1.0).abs() > cfg.clip_param).float(), mask)
-            losses = ppo_loss(
-                log_probs, batch.log_probs, batch.advantages, values, batch.values, batch.returns,
-                self.dist.entropy(std), cfg.clip_param, cfg.value_clip, cfg.value_loss_coef, cfg.entropy_coef,
-                mask=mask,
-            )
-            total = losses["loss_policy"] + losses["loss_value"] + losses["loss_entropy"]
-            self.optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            nn.utils.clip_grad_norm_(self._trained, cfg.max_grad_norm)
-            self.optimizer.step()
+            losses, kl, clip_fraction = step(batch)
             for name, value in losses.items():
-                sums[name] += value.detach()
+                sums[name] += value
             sums["kl"] += kl
             sums["clip_fraction"] += clip_fraction
             count += 1
@@ -382,6 +362,44 @@ class PPO:
         stats["learning_rate"] = self.learning_rate.clone()
         stats["action_std"] = self.dist.std(torch.zeros(self.action_dim, device=self.device)).detach().mean()
         return stats
+
+    def _minibatch_step(
+        self, batch: RolloutBatch | ChunkBatch
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """One gradient step on a minibatch: forward, KL and adaptive learning rate, losses, backward,
+        gradient clip, Adam. Returns the detached losses, the KL and the clip fraction. Free of host
+        syncs; with ``cfg.compile`` :meth:`update` runs it under ``torch.compile``.
+        """
+        cfg = self.cfg
+        mean, values = self._forward_batch(batch)
+        mask = batch.valid if isinstance(batch, ChunkBatch) else None
+        std = self.dist.std(mean)
+        log_probs = self.dist.log_prob(mean, std, batch.actions)
+        with torch.no_grad():
+            kl = masked_mean(gaussian_kl(batch.action_mean, batch.action_std, mean, std), mask)
+            if self.reduce_mean is not None:
+                # Data-parallel: every rank adapts its step size to the same (mean) KL.
+                kl = self.reduce_mean(kl)
+            if cfg.schedule == "adaptive":
+                self.learning_rate.copy_(
+                    adaptive_learning_rate(
+                        self.learning_rate, kl, cfg.desired_kl,
+                        min_lr=cfg.min_learning_rate, max_lr=cfg.max_learning_rate,
+                    )
+                )
+            ratio = torch.exp(log_probs - batch.log_probs)
+            clip_fraction = masked_mean(((ratio - 1.0).abs() > cfg.clip_param).float(), mask)
+        losses = ppo_loss(
+            log_probs, batch.log_probs, batch.advantages, values, batch.values, batch.returns,
+            self.dist.entropy(std), cfg.clip_param, cfg.value_clip, cfg.value_loss_coef, cfg.entropy_coef,
+            mask=mask,
+        )
+        total = losses["loss_policy"] + losses["loss_value"] + losses["loss_entropy"]
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        nn.utils.clip_grad_norm_(self._trained, cfg.max_grad_norm)
+        self.optimizer.step()
+        return {name: value.detach() for name, value in losses.items()}, kl, clip_fraction
 
     def _forward_batch(self, batch: RolloutBatch | ChunkBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy means and values of a minibatch, with gradients: per sample, or for a chunk batch

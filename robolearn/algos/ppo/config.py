@@ -13,6 +13,9 @@ MEMORIES: tuple[str, ...] = ("none", "gru", "lstm")
 HISTORY_ENCODERS: tuple[str, ...] = ("none", "conv")
 """Encoders of the ``history`` observation group for the actor (``none``: the actor does not read it)."""
 
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes; ``reduce-overhead`` (and ``max-autotune``) add CUDA graphs on CUDA."""
+
 
 @dataclass
 class PPOConfig:
@@ -95,6 +98,14 @@ class PPOConfig:
     """Output channels of each ``Conv1d`` layer of the history encoder."""
     history_kernel: int = 3
     """Kernel size (in frames) of each ``Conv1d`` layer."""
+    compile: bool = False
+    """Run each minibatch's gradient step (forward, losses, backward, clip, Adam) under
+    ``torch.compile`` (feed-forward PPO only). Off by default: at the default sizes it does not pay
+    on the CPU (see BENCHMARKS.md, "Compiled updates"); numerics match the eager step within float
+    tolerance, not bit for bit. The first update pays the compile (tens of seconds)."""
+    compile_mode: str = "default"
+    """``torch.compile`` mode when ``compile``: ``reduce-overhead`` also captures the step in CUDA
+    graphs on CUDA (launch overhead gone; needs static shapes, which PPO's minibatches have)."""
 
     def __post_init__(self) -> None:
         """Reject values that cannot work, naming the field and the valid choices."""
@@ -116,6 +127,13 @@ class PPOConfig:
         for name in ("memory_hidden", "memory_layers", "history_kernel"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode: unknown {self.compile_mode!r}; expected one of {', '.join(COMPILE_MODES)}")
+        if self.compile and self.memory != "none":
+            raise ValueError(
+                f"compile: supported for the feed-forward PPO only (memory=none), got memory={self.memory!r}; "
+                "recurrent chunks re-run a cuDNN memory whose update runs eagerly"
+            )
         if self.bptt_length is not None and int(self.bptt_length) < 1:
             raise ValueError(f"bptt_length: expected an integer >= 1 or None, got {self.bptt_length}")
         if self.history_encoder == "conv" and int(self.history_frames) < 1:

@@ -8,7 +8,7 @@ with ``torch.randperm`` on the device generator, and ``update`` returns tensors,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -88,6 +88,8 @@ class SAC:
         """
         self.num_updates = 0
         """Gradient steps taken on the critic (host counter; drives ``policy_delay``)."""
+        self._compiled_step: Callable[..., dict[str, torch.Tensor]] | None = None
+        """:meth:`_gradient_step` under ``torch.compile`` (``cfg.compile``), built at the first step."""
 
     # -- acting -------------------------------------------------------------------------------
     @property
@@ -171,13 +173,34 @@ class SAC:
 
     def update_step(self, batch: Batch, update_actor: bool = True) -> dict[str, torch.Tensor]:
         """One critic step (and, if ``update_actor``, one actor and alpha step) on ``batch``, then the
-        target lerp. Free of host syncs, so it can be wrapped in ``torch.compile``.
+        target lerp. Free of host syncs. The random draws (the REDQ subset, then the next-action and
+        the actor's noise) come from :attr:`generator` here, in that order, and enter the gradient
+        step as tensors: with ``cfg.compile`` that step runs under ``torch.compile``, which wants
+        no generator inside the graph.
         """
         cfg = self.cfg
         subset = None
         if cfg.num_target_subset is not None and cfg.num_target_subset < cfg.num_critics:
             perm = torch.randperm(cfg.num_critics, generator=self.generator, device=self.device)
             subset = perm[: cfg.num_target_subset]
+        shape = (batch.action.shape[0], self.action_dim)
+        dtype = next(self.actor.parameters()).dtype
+        next_noise = torch.randn(shape, generator=self.generator, device=self.device, dtype=dtype)
+        noise = torch.randn(shape, generator=self.generator, device=self.device, dtype=dtype) if update_actor else None
+        step = self._gradient_step
+        if cfg.compile:
+            if self._compiled_step is None:
+                self._compiled_step = torch.compile(self._gradient_step, mode=cfg.compile_mode, dynamic=False)
+            step = self._compiled_step
+        return step(batch, subset, next_noise, noise)
+
+    def _gradient_step(
+        self, batch: Batch, subset: torch.Tensor | None, next_noise: torch.Tensor, noise: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        """The gradient step of :meth:`update_step` given its random draws (``noise`` ``None``: the
+        critic only, no actor or alpha step).
+        """
+        cfg = self.cfg
         alpha = self.alpha
         losses = critic_loss(
             self.critic,
@@ -189,14 +212,14 @@ class SAC:
             self.actor_group,
             self.critic_group,
             subset,
-            self.generator,
+            noise=next_noise,
         )
         self.critic_optimizer.zero_grad(set_to_none=True)
         losses["loss_critic"].backward()
         self.critic_optimizer.step()
         out = {k: v.detach() for k, v in losses.items()}
 
-        if update_actor:
+        if noise is not None:
             a_losses = actor_loss(
                 self.actor,
                 self.critic,
@@ -205,7 +228,7 @@ class SAC:
                 self.actor_group,
                 self.critic_group,
                 cfg.actor_q_reduction,
-                self.generator,
+                noise=noise,
             )
             self.actor_optimizer.zero_grad(set_to_none=True)
             a_losses["loss_actor"].backward()

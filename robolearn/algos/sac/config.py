@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""``torch.compile`` modes; ``reduce-overhead`` (and ``max-autotune``) add CUDA graphs on CUDA."""
+
 
 @dataclass
 class SACConfig:
@@ -59,6 +62,14 @@ class SACConfig:
     """Observation group the actor reads."""
     critic_obs_group: str | None = None
     """Observation group the critic reads; ``None`` means the actor's."""
+    compile: bool = False
+    """Run each gradient step (critic, actor, alpha, target lerp) under ``torch.compile``; the random
+    draws stay outside the graph, from the same generator in the same order. Numerics match the
+    eager step within float tolerance, not bit for bit; the first step pays the compile (tens of
+    seconds). See BENCHMARKS.md, "Compiled updates", for where it pays."""
+    compile_mode: str = "default"
+    """``torch.compile`` mode when ``compile``: ``reduce-overhead`` also captures the step in CUDA
+    graphs on CUDA (one graph per critic-only and full step)."""
 
     def __post_init__(self) -> None:
         """Validate ranges; a bad value names the field."""
@@ -76,6 +87,8 @@ class SACConfig:
             raise ValueError(
                 f"num_target_subset: expected None or 1..num_critics ({self.num_critics}), got {self.num_target_subset}"
             )
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode: unknown {self.compile_mode!r}; expected one of {', '.join(COMPILE_MODES)}")
         if self.actor_q_reduction not in ("min", "mean"):
             raise ValueError(f"actor_q_reduction: expected 'min' or 'mean', got {self.actor_q_reduction!r}")
         if self.learning_starts < 0:

@@ -45,14 +45,16 @@ def critic_loss(
     critic_group: str,
     subset: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Sum over critics of the mean squared TD error against the soft target.
 
     ``subset`` (long ``[M]``) picks the target critics the min runs over (REDQ); ``None`` uses all.
+    ``noise`` (``[B, A]`` standard normal) replaces the draw of the next action from ``generator``.
     Returns ``loss_critic`` plus detached diagnostics ``q_mean`` and ``target_mean``.
     """
     with torch.no_grad():
-        next_action, next_log_prob = actor(batch.next_obs[actor_group], generator=generator)
+        next_action, next_log_prob = actor(batch.next_obs[actor_group], generator=generator, noise=noise)
         next_obs = batch.next_obs[critic_group]
         if subset is None:
             next_q = target_critic(next_obs, next_action)
@@ -73,14 +75,16 @@ def actor_loss(
     critic_group: str,
     q_reduction: str = "min",
     generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """``mean(alpha * log_pi(a|s) - Q(s, a))`` with ``a ~ pi(s)`` reparameterised.
 
     Q reduces the ensemble by ``min`` (SAC) or ``mean`` (REDQ). The critics run with detached
-    parameters, so only the actor receives gradients. Returns ``loss_actor`` and the detached
-    ``log_prob[B]`` (the alpha loss reuses it) and ``entropy`` (``-mean log_prob``).
+    parameters, so only the actor receives gradients. ``noise`` (``[B, A]`` standard normal)
+    replaces the draw from ``generator``. Returns ``loss_actor`` and the detached ``log_prob[B]``
+    (the alpha loss reuses it) and ``entropy`` (``-mean log_prob``).
     """
-    action, log_prob = actor(batch.obs[actor_group], generator=generator)
+    action, log_prob = actor(batch.obs[actor_group], generator=generator, noise=noise)
     q_all = critic(batch.obs[critic_group], action, detach_params=True)
     q = q_all.min(dim=0).values if q_reduction == "min" else q_all.mean(dim=0)
     loss = (alpha.detach() * log_prob - q).mean()
