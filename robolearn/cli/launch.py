@@ -121,7 +121,8 @@ class _Task:
             row = self.job({str(k): v for k, v in container.items()}, overrides)
         except Exception as exc:  # noqa: BLE001 - a failed job is reported; the others go on
             log.debug("job %s failed", run_dir, exc_info=True)
-            return JobResult(run_dir, pid=os.getpid(), error=f"{type(exc).__name__}: {exc}")
+            message = " ".join(str(exc).split())  # one line: it goes into the table
+            return JobResult(run_dir, pid=os.getpid(), error=f"{type(exc).__name__}: {message}")
         return JobResult(str(row[0]), float(row[1]), int(row[2]), pid=os.getpid())
 
 
