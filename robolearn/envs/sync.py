@@ -17,7 +17,18 @@ because what happens next has a data-dependent *shape* or *control flow*:
 
 On the CPU these are free (the data is already on the host); on a GPU each costs one device
 round trip per step, which is what ``tests/test_device_neutral.py`` bounds: it allows
-``Tensor.__bool__``/``item``/``tolist`` calls from this module only.
+``Tensor.__bool__``/``item``/``tolist`` calls from this module only (and
+``tests/test_hot_path_syncs.py`` pins the budget of a plain step: the action check and the reset
+decision, plus the diverged count on steps where some world ended).
+
+Why they stay on the GPU path too (issue 15): a reset by index draws each ended world's initial
+state from that world's own stream and writes only its rows, through the backend's
+``reset(env_ids, ...)``; a sync-free masked reset would have to draw and write every world on
+every step and change the backends' reset contract. The action check keeps a NaN out of the
+physics (the error leaves the state untouched). On a GPU the two reads cost two small
+device-to-host copies per step and end the CPU's run-ahead there (the next kernels launch after
+the read); they also keep the env step out of one CUDA graph, while the learner's update, which
+has no sync (``robolearn.utils.hostsync``), can be captured.
 """
 
 from __future__ import annotations
@@ -46,14 +57,23 @@ def host_count(mask: torch.Tensor) -> int:
     return int(mask.sum())
 
 
+class NonFiniteValue(ValueError):
+    """A NaN or inf where the env needs finite numbers (an action), raised before the physics sees
+    it, so the env's state is untouched. A training loop that wants to react (undo the update that
+    broke the actor) catches this instead of checking the action itself, which would add a second
+    host sync per step to the one :func:`check_finite` already costs.
+    """
+
+
 def check_finite(values: torch.Tensor, where: str) -> None:
-    """Raise ``ValueError`` naming ``where``, the first bad value and its index if ``values``
-    (``[N, k]``) holds NaN or inf (one host sync; the message costs more only when it fails).
+    """Raise :class:`NonFiniteValue` (a ``ValueError``) naming ``where``, the first bad value and its
+    index if ``values`` (``[N, k]``) holds NaN or inf (one host sync; the message costs more only
+    when it fails).
     """
     bad = ~torch.isfinite(values)
     if bool(bad.any()):
         world, col = (int(i) for i in torch.nonzero(bad)[0])
-        raise ValueError(f"{where}: non-finite value {float(values[world, col])} at world {world}, index {col}")
+        raise NonFiniteValue(f"{where}: non-finite value {float(values[world, col])} at world {world}, index {col}")
 
 
 def to_host(values: torch.Tensor) -> np.ndarray:
