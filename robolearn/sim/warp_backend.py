@@ -64,7 +64,10 @@ def _import_warp():  # noqa: ANN202 - returns two modules
     try:
         import warp as wp
 
-        wp.config.quiet = True  # before mujoco_warp initialises Warp: no banner, no module-load lines
+        # Before mujoco_warp initialises Warp: no banner and no line per kernel module loaded (a
+        # hundred per model) at Warp's default INFO level; a level the user lowered is kept.
+        if wp.config.log_level == wp.LOG_INFO:
+            wp.config.log_level = wp.LOG_WARNING
         import mujoco_warp as mjw
     except ImportError as exc:  # pragma: no cover - the dev/gpu extras install both
         raise ImportError(
@@ -320,7 +323,8 @@ class WarpBackend:
         nstep = self.decimation if nstep is None else int(nstep)
         self._diverged_wp.zero_()
         with self._on_device():
-            if self.graph_capture and nstep == self.decimation:
+            # graph_capture may be switched on after construction (benchmarks do): CUDA only.
+            if self.graph_capture and self.device.type == "cuda" and nstep == self.decimation:
                 self._graph_step()
             else:
                 self._substeps(nstep)
