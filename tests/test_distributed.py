@@ -31,6 +31,7 @@ import pytest
 import torch
 from torch import nn
 
+from robolearn.cli.commands import run_command
 from robolearn.nn import EmpiricalNormalizer
 from robolearn.runners import distributed
 from robolearn.runners.checkpoint import load_checkpoint
@@ -276,7 +277,7 @@ def check_ranks_agree(run: Path, step: int) -> tuple[dict[str, Any], dict[str, A
     return main, shard
 
 
-def test_ppo_two_ranks_train_one_learner_and_only_rank_0_writes(tmp_path: Path) -> None:
+def test_ppo_two_ranks_train_one_learner_and_only_rank_0_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "ppo"
     out = finish(torchrun([*PPO, "distributed=true", "total_env_steps=256", f"run_dir={run}"]))
     per_iteration = WORLD * 4 * 16  # ranks x worlds x steps
@@ -302,6 +303,14 @@ def test_ppo_two_ranks_train_one_learner_and_only_rank_0_writes(tmp_path: Path) 
     assert summary["env_steps"] == 2 * per_iteration and summary["updates"] == 2
     assert json.loads((run / "config.json").read_text())["seed"] == 0  # rank 0's, not a shifted one
     assert out.count("done:") == WORLD
+    # Resuming needs the processes it was trained with: outside torchrun the saved distributed=true
+    # says how to launch; a single process is refused before it writes anything.
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    assert run_command("train", [f"resume={run}"]) == 2
+    assert "not started by torchrun" in capsys.readouterr().err
+    assert run_command("train", [f"resume={run}", "distributed=false"]) == 2
+    assert "trained by 2 process(es), this run has 1" in capsys.readouterr().err
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.slow

@@ -15,6 +15,14 @@ rendering one frame); then the run directory is locked and checked (a new run ne
 another one, a resume must fit the run and its checkpoint before anything is written); the loop
 runs; at the end the final checkpoint and ``summary.json`` are written before the optional video
 and plot, whose failure is logged, never fatal.
+
+Data-parallel (:mod:`robolearn.runners.distributed`, one process per rank under torchrun): every
+rank runs this loop on its own worlds with one learner kept identical by the gradient all-reduce.
+Rank 0 alone locks, checks and writes the run (logs, evaluation, checkpoints, summary); every
+other rank writes only its shard, ``ranks/<rank>/checkpoints`` (its envs, replay, RNGs), and an
+iteration counts the steps of all ranks. Decisions that change the control flow are taken
+together (one collective each): whether an update is kept or undone, a divergence stop, a Ctrl-C
+stop, so no rank leaves the loop while the others wait in a collective.
 """
 
 from __future__ import annotations
