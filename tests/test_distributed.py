@@ -199,6 +199,9 @@ def test_bad_torchrun_values_and_algorithms_are_named(monkeypatch: pytest.Monkey
         distributed.prepare(cfg)
     with pytest.raises(ConfigError, match=r"algo=dppo is not data-parallel; valid choices: ppo, sac"):
         train_config_from_dict({"task": "Pendulum-Swingup", "distributed": True, "algo": {"name": "dppo"}})
+    with pytest.raises(ConfigError, match=r"algo.compile_mode: reduce-overhead captures CUDA graphs"):
+        train_config_from_dict({"task": "Pendulum-Swingup", "distributed": True, "device": "cuda",
+                                "algo": {"name": "sac", "compile": True, "compile_mode": "reduce-overhead"}})
 
 
 def test_rank_config_shifts_the_seeds_and_drops_eval_off_rank_0() -> None:
@@ -345,3 +348,11 @@ def test_two_nodes_on_loopback_train_one_learner(tmp_path: Path) -> None:
         finish(node)
     check_ranks_agree(run, 256)
     assert not (run / "ranks" / "0").exists()
+
+
+@pytest.mark.slow
+def test_compiled_ppo_two_ranks_train_one_learner(tmp_path: Path) -> None:
+    # torch.compile around PPO's gradient step: the backward still runs the averaging hooks.
+    run = tmp_path / "compiled"
+    finish(torchrun([*PPO, "algo.compile=true", "distributed=true", "total_env_steps=256", f"run_dir={run}"]))
+    check_ranks_agree(run, 256)
