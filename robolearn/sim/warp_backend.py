@@ -194,7 +194,9 @@ class WarpBackend:
         # cfrc_ext lives in our own buffer: zero after a reset, filled by rne_postconstraint after a
         # step (Gymnasium's call on the data as the step left it), for models compiled with
         # contact forces (robolearn.sim.model.compile_model).
-        self._cfrc = torch.zeros(n, model.nbody, 6, dtype=self.dtype, device=self.device)
+        with wp.ScopedDevice(self._wp_device):
+            self._cfrc_wp = wp.zeros((n, model.nbody), dtype=wp.spatial_vector)
+        self._cfrc = t(self._cfrc_wp)
         self._written: set[str] = set()
         self._dof_cols: dict[tuple[int, ...], torch.Tensor] = {}
         self._subtree: torch.Tensor | None = None
@@ -321,8 +323,8 @@ class WarpBackend:
         """
         self._ctrl.copy_(ctrl)
         nstep = self.decimation if nstep is None else int(nstep)
-        self._diverged_wp.zero_()
         with self._on_device():
+            self._diverged_wp.zero_()  # on Warp's stream: after torch's read of the last mask
             # graph_capture may be switched on after construction (benchmarks do): CUDA only.
             if self.graph_capture and self.device.type == "cuda" and nstep == self.decimation:
                 self._graph_step()
@@ -369,7 +371,7 @@ class WarpBackend:
         mjw, m, d = self._mjw, self._m, self._d
         if self._cf_mode != "none":
             mjw.rne_postconstraint(m, d)
-            self._cfrc.copy_(self._wp.to_torch(d.cfrc_ext))
+            self._wp.copy(self._cfrc_wp, d.cfrc_ext)  # a Warp copy: ordered on Warp's stream
         if self.forward_after_step:
             mjw.fwd_position(m, d)
             mjw.fwd_velocity(m, d)
