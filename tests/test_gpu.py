@@ -17,7 +17,7 @@ Parameters, buffers and optimiser state stay on CUDA throughout.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from typing import Any
 
 import pytest
@@ -36,8 +36,14 @@ TASK = "Cartpole-Balance-DR"
 
 
 def _backend() -> str:
-    """``warp`` where helper A's backend imports (MuJoCo Warp on CUDA), else the CPU backend."""
-    return "warp" if importlib.util.find_spec("robolearn.sim.warp_backend") is not None else "mujoco"
+    """``warp`` where the Warp backend imports and runs the task (MuJoCo Warp on CUDA), else the
+    CPU backend below an env core on CUDA.
+    """
+    try:
+        warp_backend = importlib.import_module("robolearn.sim.warp_backend")
+    except ImportError:
+        return "mujoco"
+    return "mujoco" if TASK in getattr(warp_backend, "UNSUPPORTED_TASKS", {}) else "warp"
 
 
 def _env(num_envs: int = 64) -> BatchedEnv:
