@@ -12,7 +12,7 @@ The first compiled call compiles (reported as ``compile_s``). ``--device cuda`` 
 a GPU with ``compile_mode=reduce-overhead`` (CUDA graphs) unless ``--mode`` says otherwise.
 
     OMP_NUM_THREADS=1 python benchmarks/update_compile.py                 # the CPU table
-    python benchmarks/update_compile.py --device cuda --envs 4096         # on a GPU
+    python benchmarks/update_compile.py --device cuda --backend warp --envs 4096   # on a GPU
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> float:
 
 def bench_ppo(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Median eager and compiled PPO update times (s) and the median per-round ratio."""
-    env = robolearn.make("HalfCheetah", args.envs, seed=0, nthread=1, device=str(device))
+    env = robolearn.make("HalfCheetah", args.envs, seed=0, device=str(device), backend=args.backend)
     env.reset(seed=0)
     cfg = PPOConfig(num_steps=args.ppo_steps) if not args.tiny else PPOConfig(
         num_steps=4, num_epochs=1, num_minibatches=2, actor_hidden=(32,), critic_hidden=(32,)
@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", default=None, help="torch.compile mode (default: cpu 'default', cuda 'reduce-overhead')")
     parser.add_argument("--envs", type=int, default=64, help="PPO worlds")
+    parser.add_argument("--backend", default="mujoco", help="simulation backend of the PPO rollout (warp on a GPU)")
     parser.add_argument("--ppo-steps", type=int, default=24, help="PPO rollout length")
     parser.add_argument("--sac-steps", type=int, default=50, help="SAC updates per round")
     parser.add_argument("--rounds", type=int, default=7)
