@@ -127,6 +127,22 @@ def test_every_supported_task_matches_reference():
         _run_env_pair(ew, er, _atol(task))
 
 
+def test_env_checkpoint_resumes_exactly():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batched_env, "compile_model", _elliptic)  # the fixture's model: its kernels are compiled
+        env = robolearn.make("HalfCheetah", N, backend="warp", seed=3)
+    g = torch.Generator().manual_seed(4)
+    actions = torch.rand(2 * H, N, env.action_dim, generator=g) * 2 - 1
+    for a in actions[:H]:
+        env.step(a)
+    saved = env.state_dict()
+    first = [env.step(a)[0]["policy"].clone() for a in actions[H:]]
+    env.load_state_dict(saved)
+    again = [env.step(a)[0]["policy"].clone() for a in actions[H:]]
+    for x, y in zip(first, again, strict=True):
+        assert torch.equal(x, y)
+
+
 def test_unsupported_model_is_refused_with_the_feature():
     assert set(UNSUPPORTED_TASKS) <= set(robolearn.list_tasks())
     with pytest.raises(ValueError, match=r"model 'humanoid' uses a feature MuJoCo Warp does not support: mjSOL_PGS"):

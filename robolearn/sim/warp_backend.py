@@ -87,17 +87,6 @@ def warp_device(device: str | torch.device) -> str:
     raise ValueError(f"device: WarpBackend runs on 'cpu' or 'cuda[:k]', got {str(device)!r}")
 
 
-def check_supported(model: mujoco.MjModel, name: str = "") -> None:
-    """Raise ValueError naming the model and the feature MuJoCo Warp does not support, if any."""
-    wp, mjw = _import_warp()
-    label = name or _model_name(model)
-    try:
-        with wp.ScopedDevice("cpu"):
-            mjw.put_model(model)
-    except (NotImplementedError, ValueError) as exc:
-        raise ValueError(f"backend='warp': {label} uses a feature MuJoCo Warp does not support: {exc}") from exc
-
-
 def _model_name(model: mujoco.MjModel) -> str:
     """``model 'name'`` from the MJCF ``<mujoco model=...>`` attribute."""
     end = model.names.find(b"\0")
