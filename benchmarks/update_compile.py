@@ -160,9 +160,14 @@ def main() -> None:
     print("| update | eager (ms) | compiled (ms) | eager / compiled | first two compiled calls (s) |")
     print("|---|---|---|---|---|")
     labels = {
-        "ppo": f"PPO update ({args.envs} worlds x {args.ppo_steps} steps, 5x4 minibatches)",
-        "sac": f"SAC, {args.sac_steps} gradient steps (batch 256)",
+        "ppo": f"PPO update ({args.envs} worlds x {args.ppo_steps} steps, 5x4 minibatches, 256x3 ELU)",
+        "sac": f"SAC, {args.sac_steps} gradient steps (batch 256, 256x2 ReLU, 2 critics)",
     }
+    if args.tiny:
+        labels = {
+            "ppo": f"PPO update, tiny ({args.envs} worlds x 4 steps, 1x2 minibatches, 32 wide)",
+            "sac": f"SAC, {args.sac_steps} gradient steps, tiny (batch 16, 32 wide)",
+        }
     for key in ("ppo", "sac"):
         if key in results:
             r = results[key]
