@@ -210,7 +210,7 @@ def test_trajectories_and_float_inputs(envs):
     ref.reset(None, qpos, qvel)
     f32.reset(None, qpos.float(), qvel.float())  # float32 inputs are taken, not ignored
     torch.testing.assert_close(f32.qpos, qpos.float(), rtol=0, atol=0)
-    for u in _controls(model, 50, 1) * 3:
+    for u in _controls(model, 30, 1) * 3:
         fast.step(u)
         ref.step(u)
         f32.step(u.float())
