@@ -16,6 +16,7 @@ replay sampling are injected and must be named.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +29,14 @@ from robolearn.algos.sac import SAC, SACConfig
 from robolearn.data.replay import ReplayBuffer
 from robolearn.envs.batched_env import BatchedEnv
 from robolearn.types import Batch, Transition
-from robolearn.utils.hostsync import ENV_SYNC_POINTS, HostSync, count_host_syncs, forbid_host_syncs
+from robolearn.utils.hostsync import (
+    ENV_SYNC_POINTS,
+    TRANSPARENT,
+    HostSync,
+    _attributed_sync_warnings,
+    count_host_syncs,
+    forbid_host_syncs,
+)
 
 ALLOWED = (*ENV_SYNC_POINTS, "torch.optim")
 """What may leave the device during a training iteration on the CPU (see the module docstring)."""
@@ -294,3 +302,25 @@ def test_sac_draws_its_noise_before_the_step_in_the_eager_order() -> None:
     for key in out:
         assert torch.equal(out[key], ref[key]), key
     assert agent.generator.get_state().equal(gen.get_state())
+
+
+def test_the_cuda_guard_attributes_each_sync_warning_to_its_caller() -> None:
+    # On a GPU, set_sync_debug_mode("warn") makes torch warn at every synchronising call; the guard
+    # attributes each warning to its caller. Emulated here with the same warning raised from code
+    # that runs as robolearn.envs.sync (allowed) and as an agent module (not allowed).
+    def as_module(name: str) -> Any:
+        namespace: dict[str, Any] = {"__name__": name, "warnings": warnings}
+        exec("def sync():\n    warnings.warn('called a synchronizing CUDA operation')\n", namespace)
+        return namespace["sync"]
+
+    env_sync, agent_sync = as_module("robolearn.envs.sync"), as_module("robolearn.algos.fake")
+    with warnings.catch_warnings(record=True) as shown, _attributed_sync_warnings(ALLOWED, TRANSPARENT) as profile:
+        env_sync()
+        agent_sync()
+        agent_sync()
+        warnings.warn("unrelated", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in shown] == ["unrelated"]  # other warnings pass through, syncs do not
+    assert [(s.module, s.allowed, n) for s, n in profile.by_site()] == [
+        ("robolearn.algos.fake", False, 2),
+        ("robolearn.envs.sync", True, 1),
+    ]

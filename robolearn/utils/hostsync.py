@@ -252,6 +252,28 @@ def forbid_host_syncs(
 
 
 @contextmanager
+def _attributed_sync_warnings(allowed: Iterable[str], transparent: Iterable[str]) -> Iterator[SyncProfile]:
+    """Record each "synchronizing CUDA operation" warning (``set_sync_debug_mode("warn")``) with its
+    asker into the yielded profile instead of printing it; other warnings pass through.
+    """
+    allowed, transparent = tuple(allowed), tuple(transparent)
+    profile = SyncProfile()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # one record per sync, not one per source line
+        shown = warnings.showwarning
+
+        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            if _CUDA_SYNC_MESSAGE in str(message):
+                # torch emits the warning as its binding returns, while the asker's frame is current.
+                profile.records.append(_site("cuda", sys._getframe(1), allowed, transparent))
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield profile
+
+
+@contextmanager
 def cuda_sync_guard(
     allowed: Iterable[str] = (), transparent: Iterable[str] = TRANSPARENT, raises: bool = True
 ) -> Iterator[SyncProfile]:
@@ -269,27 +291,15 @@ def cuda_sync_guard(
         raise RuntimeError("cuda_sync_guard: CUDA is not available (use forbid_host_syncs on the CPU)")
     allowed = tuple(allowed)
     transparent = tuple(transparent)
-    profile = SyncProfile()
     previous = torch.cuda.get_sync_debug_mode()
     if not allowed and raises:
         torch.cuda.set_sync_debug_mode("error")
         try:
-            yield profile
+            yield SyncProfile()
         finally:
             torch.cuda.set_sync_debug_mode(previous)
         return
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")  # one record per sync, not one per source line
-        shown = warnings.showwarning
-
-        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-            if _CUDA_SYNC_MESSAGE in str(message):
-                # torch emits the warning as its binding returns, while the asker's frame is current.
-                profile.records.append(_site("cuda", sys._getframe(1), allowed, transparent))
-            else:
-                shown(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = show
+    with _attributed_sync_warnings(allowed, transparent) as profile:
         torch.cuda.set_sync_debug_mode("warn")
         try:
             yield profile
