@@ -305,7 +305,7 @@ def test_ppo_two_ranks_train_one_learner_and_only_rank_0_writes(tmp_path: Path, 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 2 * per_iteration and summary["updates"] == 2
     assert json.loads((run / "config.json").read_text())["seed"] == 0  # rank 0's, not a shifted one
-    assert out.count("done:") == WORLD
+    assert out.count("done:") == 1 and out.count("training ppo") == 1  # only rank 0 speaks
     # Resuming needs the processes it was trained with: outside torchrun the saved distributed=true
     # says how to launch; a single process is refused before it writes anything.
     before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}

@@ -276,6 +276,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 def _train(cfg: TrainConfig) -> dict[str, Any]:
     """:func:`train` within this process's (possibly distributed) context."""
+    from robolearn.runners import distributed
+
     if cfg.o2o is not None:
         from robolearn.cli.o2o import train_o2o
 
@@ -299,12 +301,17 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
         agent = build_agent(cfg, env)
         runner_cls = runner_class(cfg)
         runner = runner_cls(env, agent, cfg.runner, cfg.run_dir, eval_env=eval_env, config=train_config_to_dict(cfg))
-        print(f"{'resuming' if cfg.resume else 'training'} {cfg.algo_name} on {cfg.task} in {cfg.run_dir}")
+        # Under torchrun only rank 0 speaks: the others train the same learner on their own worlds.
+        main = distributed.is_main()
+        if main:
+            print(f"{'resuming' if cfg.resume else 'training'} {cfg.algo_name} on {cfg.task} in {cfg.run_dir}")
         summary = runner.learn(resume=cfg.resume is not None)
     finally:
         env.close()
         if eval_env is not None:
             eval_env.close()
+    if not main:
+        return summary
     print(
         f"done: {summary['env_steps']} env steps in {summary['wall_time_s']:.1f} s ({summary['train_time_s']:.1f} s training), "
         f"final eval return {summary['final_eval_return']:.1f}, best {summary['best_eval_return']:.1f} "
@@ -502,6 +509,9 @@ def _help(command: str) -> str:
             "  hydra.launcher.n_jobs=N), submitit_slurm (a Slurm job array: hydra.launcher.partition=...,\n"
             "  timeout_min, gpus_per_node, cpus_per_task, mem_gb, ...) or submitit_local to run them\n"
             "  through Hydra's launcher plugins (pip install robolearn[launchers]).\n"
+            "data-parallel PPO/SAC: torchrun --nproc_per_node=N -m robolearn.cli train ... distributed=true\n"
+            "  (each rank its own worlds and seed, gradients averaged; rank 0 logs, evaluates, checkpoints;\n"
+            "  several machines: torchrun --nnodes=M --node_rank=i --master_addr=<host> --master_port=<port>).\n"
         )
         text += f"tasks: {', '.join(robolearn.list_tasks())}\n"
         for group in sorted(GROUPS):
