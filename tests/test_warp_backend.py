@@ -199,6 +199,7 @@ def test_state_is_shared_with_warp_and_float32(envs):
     before = sim.qpos.data_ptr()
     sim.step(torch.zeros(N, sim.model.nu))
     assert sim.qpos.data_ptr() == before
+    assert sim.overflow.shape == (N,) and (sim.overflow == 0).all(), "the default allocation holds the cheetah's contacts"
 
 
 def test_trajectories_and_float_inputs(envs):

@@ -261,6 +261,15 @@ class WarpBackend:
         """External forces per body ``[N, nbody, 6]`` (see :class:`~robolearn.sim.SimBackend`)."""
         return self._cfrc
 
+    @property
+    def overflow(self) -> torch.Tensor:
+        """Per-world bitmask ``[N]`` (int32) of MuJoCo Warp's allocation overflows since the world's
+        last reset (``mujoco_warp.OverflowType``: contacts beyond ``nconmax``, constraint rows beyond
+        ``njmax`` ...). Non-zero means contacts or constraints were dropped: rebuild with larger
+        ``nconmax``/``njmax``. MuJoCo Warp also prints a warning from the kernel when it happens.
+        """
+        return self._wp.to_torch(self._d.overflow)
+
     def data_field(self, name: str) -> torch.Tensor:
         """A read-only ``[N, ...]`` view of an ``MjData`` output field in MuJoCo Warp's data.
 
