@@ -9,11 +9,12 @@ share lives in ``robolearn/nn`` when it is a network and here when it is learner
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from robolearn.data.replay import ReplayBuffer
 from robolearn.nn.offline import DeterministicActor, NetSpec, ObsNormalization, check_groups, make_hl_gauss
@@ -190,6 +191,32 @@ class OfflineLearner:
         if self.sampler is not None and "sampler" in state:
             self.sampler.load_state_dict(state["sampler"])
 
+_Out = TypeVar("_Out")
+
+CUDA_GRAPH_MODES: frozenset[str] = frozenset({"reduce-overhead", "max-autotune"})
+"""``torch.compile`` modes that replay the compiled code as CUDA graphs on CUDA."""
+
+
+def compile_step(fn: Callable[..., _Out], mode: str, device: torch.device) -> Callable[..., _Out]:
+    """``fn`` (a learner's gradient step, free of host syncs) under ``torch.compile(mode=mode)``.
+
+    With a CUDA-graph mode on CUDA each call first marks a new step (the previous call's graph
+    outputs are dead) and returns clones of the tensors it produced: a graph's outputs live in its
+    memory pool and the next replay overwrites them, while a runner may keep the last statistics.
+    Elsewhere the compiled function is called as it is.
+    """
+    compiled = torch.compile(fn, mode=mode, dynamic=False)
+    if not (torch.device(device).type == "cuda" and mode in CUDA_GRAPH_MODES):
+        return compiled
+
+    def step(*args: Any, **kwargs: Any) -> _Out:
+        torch.compiler.cudagraph_mark_step_begin()
+        out = compiled(*args, **kwargs)
+        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, out)
+
+    return step
+
+
 def alpha_loss(
     log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float
 ) -> dict[str, torch.Tensor]:
@@ -245,4 +272,4 @@ def surrogate_loss(
     return masked_mean(torch.maximum(unclipped, clipped), mask)
 
 
-__all__ = ["OfflineLearner", "alpha_loss", "masked_mean", "surrogate_loss"]
+__all__ = ["CUDA_GRAPH_MODES", "OfflineLearner", "alpha_loss", "compile_step", "masked_mean", "surrogate_loss"]

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from robolearn.algos.common import compile_step
 from robolearn.algos.ppo.config import PPOConfig
 from robolearn.algos.ppo.losses import adaptive_learning_rate, gaussian_kl, masked_mean, ppo_loss
 from robolearn.data.rollout import ChunkBatch, RolloutBatch, RolloutStorage
@@ -348,7 +349,7 @@ class PPO:
         step = self._minibatch_step
         if cfg.compile:
             if self._compiled_step is None:
-                self._compiled_step = torch.compile(self._minibatch_step, mode=cfg.compile_mode, dynamic=False)
+                self._compiled_step = compile_step(self._minibatch_step, cfg.compile_mode, self.device)
             step = self._compiled_step
         for batch in batches:
             losses, kl, clip_fraction = step(batch)

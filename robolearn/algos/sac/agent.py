@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from robolearn.algos.common import compile_step
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer
@@ -77,9 +78,12 @@ class SAC:
         self.target_critic = make_target(self.critic)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        # A compiled step on CUDA keeps Adam's step counters on the device (capturable), so the
+        # graph neither reads them back nor needs them on the host; eager Adam keeps them on the host.
+        capturable = cfg.compile and self.device.type == "cuda"
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, capturable=capturable)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, capturable=capturable)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, capturable=capturable)
         self.replay = ReplayBuffer(cfg.buffer_size, self.device)
         self.sampler: Sampler = ReplaySampler(self.replay, self.generator)
         """Where :meth:`update` draws its batches: this agent's replay by default; a
@@ -190,7 +194,7 @@ class SAC:
         step = self._gradient_step
         if cfg.compile:
             if self._compiled_step is None:
-                self._compiled_step = torch.compile(self._gradient_step, mode=cfg.compile_mode, dynamic=False)
+                self._compiled_step = compile_step(self._gradient_step, cfg.compile_mode, self.device)
             step = self._compiled_step
         return step(batch, subset, next_noise, noise)
 
