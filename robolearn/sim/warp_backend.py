@@ -22,13 +22,17 @@ Differences from the MuJoCo CPU backend (all stated in the conformance tests):
   worlds whose ``qpos``, ``qvel`` or ``qacc`` is non-finite or beyond MuJoCo's ``mjMAXVAL``
   (``1e10``, the C engine's test) and ``reset_data`` puts exactly those worlds back to the model
   defaults, as the C engine resets a world that raised such a warning.
+- contacts: MuJoCo Warp picks another tangent frame per contact than the C engine. Under the
+  default pyramidal friction cone the friction polytope turns with it, so contact-rich trajectories
+  (Ant) part from the C engine's at the first contact, as two valid approximations; under the
+  elliptic cone (frame-invariant) they agree to float32 rounding. Height fields are collided by
+  MuJoCo Warp's own routine, with other contact points than the C engine's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 from collections.abc import Iterator, Sequence
 
 import mujoco
@@ -37,8 +41,6 @@ import torch
 
 from robolearn.sim.backend import RANDOMIZABLE_FIELDS, resolve_field
 from robolearn.sim.model import contact_force_mode
-
-log = logging.getLogger(__name__)
 
 UNSUPPORTED_TASKS: dict[str, str] = {
     "Humanoid": "MuJoCo Warp does not implement the PGS solver (Gymnasium's humanoid.xml sets solver='PGS'): "
