@@ -324,3 +324,21 @@ def test_the_cuda_guard_attributes_each_sync_warning_to_its_caller() -> None:
         ("robolearn.algos.fake", False, 2),
         ("robolearn.envs.sync", True, 1),
     ]
+
+
+@pytest.mark.slow
+def test_on_the_warp_backend_an_iteration_leaves_the_device_only_at_the_env_and_backend() -> None:
+    # MuJoCo Warp on its CPU device (the first step compiles Warp's kernels: ~20 s cold, cached in
+    # ~/.cache/warp). On CUDA the backend's own divergence test is skipped (a masked reset instead);
+    # on the CPU it is a free host read inside robolearn.sim, which the guard allows.
+    env = robolearn.make("Cartpole-Balance", 4, seed=3, backend="warp", episode_length=5)
+    env.reset(seed=3)
+    ppo, sac = small_ppo(env), small_sac(env)
+    obs, _ = ppo_iteration(env, ppo, env.obs)
+    with forbid_host_syncs(allowed=ALLOWED) as profile:
+        obs, _ = ppo_iteration(env, ppo, obs)
+    assert any(s.module.startswith("robolearn.envs.sync") for s in profile.records)
+    obs, _ = sac_iteration(env, sac, obs, steps=3)
+    with forbid_host_syncs(allowed=ALLOWED):
+        obs, stats = sac_iteration(env, sac, obs, steps=4)
+    assert stats and all(torch.isfinite(v).all() for v in stats.values())
