@@ -4,7 +4,8 @@
 #   2. gpu_ppo_vs_rslrl.py      PPO env steps/s incl. learning vs rsl-rl-lib (goal >= 1.5x)
 #   3. gpu_sac_vs_sb3.py        SAC gradient steps/s vs Stable-Baselines3 (goal >= 3x)
 #   4. gpu_time_to_threshold.py PPO wall-clock to a return threshold, 4,096 GPU worlds vs the CPU path
-#   5. pytest -m gpu tests/test_gpu.py (the no-host-sync check of a training iteration), if present
+#   5. update_compile.py        eager vs torch.compile / CUDA-graph PPO and SAC updates (step "compile")
+#   6. pytest -m gpu tests/test_gpu.py (the no-host-sync check of a training iteration), if present
 # Run from the repository root. Each step's table goes to $OUT/<step>.md, its progress to
 # $OUT/<step>.log, its measurements to $OUT/<step>.json; $OUT/results.md gathers the tables and
 # the exit status of every step. A failing step is recorded and the suite goes on.
@@ -14,7 +15,7 @@
 #   QUICK=1 LOCAL=1 PY=.venv/bin/python bash benchmarks/gpu_suite.sh  # CPU smoke run of the whole suite
 #
 # Environment: OUT (results folder; default gpu_results/<time>), PY (python), DEVICE (cuda),
-# BACKEND (warp), ONLY (steps among: throughput ppo sac ttt gputest), QUICK (tiny CPU sizes, and
+# BACKEND (warp), ONLY (steps among: throughput ppo sac ttt compile gputest), QUICK (tiny CPU sizes, and
 # DEVICE=cpu BACKEND=mujoco unless set), LOCAL (use $PY's environment as it is, install nothing),
 # TTT_MINUTES (time cap per time-to-threshold run, default 5), ROBOLEARN_COMMIT (recorded when the
 # tree has no .git), EXTRA_<STEP> (more arguments for one step, e.g. EXTRA_PPO="--set schedule=fixed").
@@ -33,7 +34,7 @@ if [ -n "${QUICK:-}" ]; then
 else
   DEVICE=${DEVICE:-cuda}; BACKEND=${BACKEND:-warp}; Q=
 fi
-ONLY=${ONLY:-throughput ppo sac ttt gputest}
+ONLY=${ONLY:-throughput ppo sac ttt compile gputest}
 OUT=${OUT:-$REPO/gpu_results/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -117,6 +118,20 @@ if [ -n "${QUICK:-}" ]; then
 else
   # 2 tasks x 3 seeds x 2 paths, each capped at TTT_MINUTES of training (plus evaluations).
   step ttt $(( 12 * (TTT_MINUTES * 60 + 120) )) gpu_time_to_threshold.py --max-minutes "$TTT_MINUTES"
+fi
+
+if has compile; then
+  # update_compile.py prints its own table and takes no --json/--quick: run it outside step().
+  echo "== compile: update_compile.py --device $DEVICE --backend $BACKEND"
+  t0=$(date +%s)
+  envs=4096; rounds=9
+  [ -n "${QUICK:-}" ] && envs=8 && rounds=1
+  (cd /tmp && timeout -s INT 1200 $PY "$REPO/benchmarks/update_compile.py" --device "$DEVICE" --backend "$BACKEND" \
+     --envs "$envs" --rounds "$rounds" > "$OUT/compile.md" 2> "$OUT/compile.log")
+  rc=$?
+  [ $rc -ne 0 ] && status=1 && tail -5 "$OUT/compile.log"
+  { echo; echo "## compile (exit $rc, $(( $(date +%s) - t0 )) s)"; cat "$OUT/compile.md"; } >> "$OUT/results.md"
+  echo "   exit $rc, $(( $(date +%s) - t0 )) s"
 fi
 
 if has gputest; then
