@@ -120,6 +120,30 @@ def train_steps(agent: ToyAgent, data: dict[str, torch.Tensor]) -> dict[str, Any
     return out
 
 
+def after_a_failed_backward(agent: ToyAgent, rank: int) -> dict[str, Any]:
+    """A backward that raises after a trained parameter's gradient arrived (its averaging callback is
+    dropped by autograd), then an ordinary one: the second is still averaged over the ranks."""
+    agent.optimizer.zero_grad(set_to_none=True)
+    leaf = torch.ones(2, requires_grad=True)
+    late = leaf * 2  # created first: autograd reaches it last, after the actor's parameters
+
+    def fail(grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("a backward that fails half-way")
+
+    late.register_hook(fail)
+    obs = torch.full((4, 3), 1.0 + rank)
+    try:
+        (agent.actor(obs).sum() + late.sum()).backward()
+    except RuntimeError:
+        pass
+    reached = agent.actor[2].bias.grad is not None
+    agent.optimizer.zero_grad(set_to_none=True)
+    params = list(agent.actor.parameters())
+    local = torch.autograd.grad(agent.actor(obs).square().sum(), params)  # no hooks: this rank's own gradient
+    agent.actor(obs).square().sum().backward()
+    return {"failed_pass_reached_a_parameter": reached, "local": list(local), "averaged": [p.grad.clone() for p in params]}
+
+
 def grad_worker(rank: int, port: int, out_dir: str) -> None:
     """One rank: join the group, attach a toy agent initialised differently, train on its half."""
     os.environ.update(
@@ -135,6 +159,12 @@ def grad_worker(rank: int, port: int, out_dir: str) -> None:
         data = {k: v[rank * half : (rank + 1) * half] for k, v in batch().items()}
         out = train_steps(agent, data)
         out["reductions"] = averager.reductions
+        out.update(after_a_failed_backward(agent, rank))
+        # The control-flow collectives: every rank gets the same answer.
+        out["all_true"] = (distributed.all_true(True), distributed.all_true(rank == 0))
+        out["all_max"] = distributed.all_max([rank, 5 - rank])
+        out["broadcast"] = distributed.broadcast_object(f"rank {rank}")
+        out["gathered"] = distributed.gather_objects(10 * rank)
         torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     finally:
         distributed.finish()
@@ -170,6 +200,14 @@ def test_averaged_gradient_is_the_combined_batch_gradient(tmp_path: Path) -> Non
         assert float(count) * WORLD == float(reference["normalizer"][2])
         # One bucket per backward pass: the PPO pass, the critic, actor and temperature passes.
         assert got["reductions"] == 4
+    # A backward that raised half-way does not stop the averaging of the next one.
+    for r, got in enumerate(ranks):
+        assert got["failed_pass_reached_a_parameter"]
+        expected = [(a + b) / WORLD for a, b in zip(ranks[0]["local"], ranks[1]["local"], strict=True)]
+        same(got["averaged"], expected, f"rank {r}: the gradient after a failed backward")
+        assert not torch.equal(ranks[0]["local"][0], ranks[1]["local"][0])  # the ranks' own gradients differ
+        assert got["all_true"] == (True, False) and got["all_max"] == [1, 5]
+        assert got["broadcast"] == "rank 0" and got["gathered"] == [0, 10]
     # The clipping acted on the averaged gradient (the clip is active: the norm exceeds 0.05).
     norm = torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in reference["ppo_grads"][:-1]]))
     assert float(norm) > 0.05

@@ -371,22 +371,29 @@ class GradientAverager:
         self.world_size = world_size
         self.device = device
         self._index = {id(p): i for i, p in enumerate(self.params)}
-        self._ready: list[torch.Tensor] = []
-        self._queued = False
+        # Parameters whose gradient arrived, per backward pass (autograd graph task) with a flush
+        # queued. Keyed by the pass, not one flag: a backward that raised half-way never runs its
+        # callback, and a single "queued" flag left set by it would stop all later averaging.
+        self._pending: dict[int, list[torch.Tensor]] = {}
         self.reductions = 0
         """Buckets all-reduced so far (one per backward pass, per device and dtype)."""
         self.handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
 
     def _on_grad(self, param: torch.Tensor) -> None:
-        self._ready.append(param)
-        if not self._queued:
-            self._queued = True
+        task = _graph_task_id()
+        ready = self._pending.get(task)
+        if ready is None:
+            # A pass that raised before its end leaves its entry behind (its callback was dropped;
+            # its gradients are the caller's to discard). Entries are not purged here: a backward
+            # nested in another (reentrant checkpointing) must not drop the outer pass's list.
+            ready = self._pending[task] = []
             # Private but stable since torch 1.x: FSDP and DDP's Python paths rely on it.
-            torch.autograd.Variable._execution_engine.queue_callback(self._flush)
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: self._flush(task))
+        ready.append(param)
 
-    def _flush(self) -> None:
-        ready = sorted(self._ready, key=lambda p: self._index[id(p)])  # hook order is not guaranteed
-        self._ready, self._queued = [], False
+    def _flush(self, task: int) -> None:
+        # Hook order is not guaranteed: rank-independent parameter order for the bucket.
+        ready = sorted(self._pending.pop(task, []), key=lambda p: self._index[id(p)])
         groups: dict[tuple[str, torch.dtype], list[torch.Tensor]] = {}
         for p in ready:
             groups.setdefault((str(p.grad.device), p.grad.dtype), []).append(p)
@@ -408,6 +415,12 @@ class GradientAverager:
         for handle in self.handles:
             handle.remove()
         self.handles = []
+
+
+def _graph_task_id() -> int:
+    """The running backward pass (autograd graph task) id; 0 where this torch build does not expose it."""
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return int(current()) if current is not None else 0
 
 
 def attach(agent: Any) -> GradientAverager:
