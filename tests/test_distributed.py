@@ -378,6 +378,19 @@ def test_sac_two_ranks_resume_continues_exactly(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_resume_falls_back_to_the_newest_step_every_rank_has(tmp_path: Path) -> None:
+    # Stopped while the ranks were saving: rank 0 wrote its checkpoint of step 256, rank 1 not yet.
+    run, per_iteration = tmp_path / "torn", WORLD * 4 * 16
+    finish(torchrun([*PPO, "distributed=true", f"total_env_steps={2 * per_iteration}", f"run_dir={run}"]))
+    newest = run / "ranks" / "1" / "checkpoints" / f"ckpt_{2 * per_iteration:06d}.pt"
+    newest.unlink()
+    out = finish(torchrun([f"resume={run}", "distributed=true", f"total_env_steps={3 * per_iteration}"]))
+    assert f"ckpt_{per_iteration:06d}.pt at iteration 1" in out  # rank 0 took the step rank 1 has
+    main, _ = check_ranks_agree(run, 3 * per_iteration)
+    assert main["counters"]["update_idx"] == 3 and newest.is_file()
+
+
+@pytest.mark.slow
 def test_two_nodes_on_loopback_train_one_learner(tmp_path: Path) -> None:
     run, port = tmp_path / "nodes", free_port()
     args = [*PPO, "distributed=true", "total_env_steps=256", f"run_dir={run}"]

@@ -215,13 +215,16 @@ class BaseRunner:
                 "or install EGL/OSMesa (MUJOCO_GL=egl or osmesa)"
             ) from None
 
-    def _open(self, resume: bool) -> None:
-        """Check the run directory (and for a resume, the run and its checkpoint), then write the run's files."""
+    def _open(self, resume: bool, steps: set[int] | None = None) -> None:
+        """Check the run directory (and for a resume, the run and its checkpoint), then write the run's files.
+
+        ``steps``: on resume, the checkpoint steps allowed (those every rank of a distributed run has).
+        """
         spec = self._policy_spec()
         if resume:
             check_resume_config(self.run_dir, self.config)
             check_resume_spec(self.run_dir, spec)
-            self._restore()
+            self._restore(steps)
         elif not self._started:
             check_new_run(self.run_dir, self.cfg.overwrite)
         # Everything is known to fit: only now is anything of the run written.
@@ -242,10 +245,17 @@ class BaseRunner:
         and the ranks agree that all succeeded before the learner is taken from rank 0.
         """
         error: Exception | None = None
+        steps: set[int] | None = None
+        if resume:
+            # Ranks stopped while saving can leave rank 0 a checkpoint newer than another rank's
+            # shard: the run resumes from the newest step every rank has a checkpoint of.
+            mine = None if self.is_main else [_step_of(p) for p in self.checkpoints.checkpoints()]
+            shards = [set(s) for s in distributed.gather_objects(mine) if s is not None]
+            steps = set.intersection(*shards) if shards else None
         if self.is_main:
             try:
                 stack.enter_context(RunLock(self.run_dir))
-                self._open(resume)
+                self._open(resume, steps)
             except Exception as exc:  # told to the other ranks, then raised here as it is
                 error = exc
         status = distributed.broadcast_object(None if error is None else f"{error}")
@@ -486,14 +496,16 @@ class BaseRunner:
     def _checkpoint(self, session_start: float | None = None) -> None:
         self.checkpoints.save(self.state_dict(session_start), step=self.steps)
 
-    def _restore(self) -> None:
+    def _restore(self, steps: set[int] | None = None) -> None:
         """Load the newest readable checkpoint into the agent, envs, RNGs and counters.
+
+        ``steps``: only checkpoints of these steps qualify (a distributed run: those every rank has).
 
         Raises:
             RunDirError: no checkpoint, none readable, or one that does not fit this run.
         """
         try:
-            found = self.checkpoints.load_newest_readable()
+            found = self.checkpoints.load_newest_readable() if steps is None else self._newest_readable_of(steps)
         except CheckpointError as exc:
             raise RunDirError(f"resume: {exc}") from None
         if found is None:
@@ -510,6 +522,32 @@ class BaseRunner:
         except (KeyError, ValueError, RuntimeError, TypeError, IndexError) as exc:
             raise RunDirError(f"resume: checkpoint {path} does not fit this run: {exc}") from None
         log.info("resumed %s from %s at iteration %d (%d %s)", self.run_dir, path.name, self.update_idx, self.steps, self.unit)
+
+    def _newest_readable_of(self, steps: set[int]) -> tuple[Path, dict[str, Any]] | None:
+        """``(path, state)`` of the newest readable checkpoint whose step is in ``steps``.
+
+        Raises:
+            CheckpointError: there are checkpoints but none of ``steps`` loads (each named with its reason).
+        """
+        found = self.checkpoints.checkpoints()
+        if not found:
+            return None
+        reasons = []
+        for path in reversed(found):
+            if _step_of(path) not in steps:
+                reasons.append(f"{path.name}: not every rank has a checkpoint of its step")
+                log.warning("%s: not every rank has a checkpoint of its step (stopped while saving?); "
+                            "falling back to the next older checkpoint", path)
+                continue
+            try:
+                return path, load_checkpoint(path)
+            except CheckpointError as err:
+                reasons.append(str(err))
+                log.warning("%s; falling back to the next older checkpoint", err)
+        raise CheckpointError(
+            f"no checkpoint in {self.checkpoints.dir} that every rank can resume from "
+            f"(the other ranks' shards under {RANKS_FOLDER}/ have steps {sorted(steps)}): " + "; ".join(reasons)
+        )
 
     def _load_state(self, state: dict[str, Any]) -> None:
         """Put a checkpoint's state into the agent, the envs, the RNGs and the counters."""
@@ -641,6 +679,11 @@ def _all_finite(tensors: Iterable[torch.Tensor | float]) -> bool:
         t = torch.as_tensor(t)
         by_device.setdefault(t.device, []).append(torch.isfinite(t).all())
     return all(bool(torch.stack(flags).all()) for flags in by_device.values())
+
+
+def _step_of(checkpoint: Path) -> int:
+    """The step of a checkpoint file ``ckpt_<step>.pt`` (as :class:`CheckpointManager` names them)."""
+    return int(checkpoint.stem.split("_", 1)[1])
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
