@@ -145,8 +145,18 @@ def test_env_checkpoint_resumes_exactly():
 
 def test_unsupported_model_is_refused_with_the_feature():
     assert set(UNSUPPORTED_TASKS) <= set(robolearn.list_tasks())
-    with pytest.raises(ValueError, match=r"model 'humanoid' uses a feature MuJoCo Warp does not support: mjSOL_PGS"):
+    with pytest.raises(
+        ValueError, match=r"^task 'Humanoid': .*model 'humanoid' uses a feature MuJoCo Warp does not support: mjSOL_PGS"
+    ):
         robolearn.make("Humanoid", 2, backend="warp")
+
+
+def test_backend_options_reach_the_backend_and_unknown_ones_are_named():
+    # graph_capture reaches WarpBackend (which refuses it on the CPU: proof that it arrived).
+    with pytest.raises(ValueError, match="graph_capture: CUDA graphs need a CUDA device"):
+        robolearn.make("Pendulum-Swingup", 2, backend="warp", sim_options={"graph_capture": True})
+    with pytest.raises(ValueError, match=r"^sim_options: .*'bogus'.*backend 'mujoco' of task 'Pendulum-Swingup'"):
+        robolearn.make("Pendulum-Swingup", 2, sim_options={"bogus": 1})
 
 
 def test_bad_arguments(envs):

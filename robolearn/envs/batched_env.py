@@ -9,6 +9,7 @@ separate. Gymnasium's vector API calls this the "same-step" autoreset mode.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ class BatchedEnv:
         dtype: torch.dtype = torch.float32,
         nthread: int | None = None,
         task_id: str = "",
+        sim_options: Mapping[str, Any] | None = None,
     ) -> None:
         """Compile the task's model, build the backend and managers, and reset every world.
 
@@ -54,10 +56,13 @@ class BatchedEnv:
             cfg: the task.
             num_envs: number of worlds N.
             device: where tensors live (the MuJoCo CPU backend needs ``cpu``).
-            backend: simulation backend name (``mujoco`` or ``reference``).
+            backend: simulation backend name (``mujoco``, ``reference`` or ``warp``).
             seed: seed of the per-world random streams; ``None`` draws one from the OS.
-            dtype: floating dtype of observations and rewards (physics runs in float64).
+            dtype: floating dtype of observations and rewards (physics runs in the backend's dtype:
+                float64 on the MuJoCo CPU backends, float32 on Warp).
             nthread: physics threads; ``None`` uses every core.
+            sim_options: further keyword arguments of the backend (Warp: ``graph_capture=True``,
+                ``nconmax``, ``njmax``); an option the backend does not take is a ``ValueError``.
             task_id: the registered id, for messages and specs.
         """
         check_int("num_envs", num_envs, 1)
@@ -88,16 +93,24 @@ class BatchedEnv:
         validate_model(self.model, f"model of task {task_id!r}")
         self.names = names_of(self.model)
         """The model's name tables (robolearn.sim.names): every term and event resolves names here."""
-        self.sim = make_backend(
-            backend,
-            self.model,
-            self.num_envs,
-            decimation=cfg.decimation,
-            forward_after_step=cfg.forward_after_step,
-            device=self.device,
-            nthread=nthread,
-            data_fields=tuple(dict.fromkeys((*cfg.data_fields, *cfg.prev_fields))),
-        )
+        try:
+            self.sim = make_backend(
+                backend,
+                self.model,
+                self.num_envs,
+                decimation=cfg.decimation,
+                forward_after_step=cfg.forward_after_step,
+                device=self.device,
+                nthread=nthread,
+                data_fields=tuple(dict.fromkeys((*cfg.data_fields, *cfg.prev_fields))),
+                **dict(sim_options or {}),
+            )
+        except TypeError as exc:  # an option this backend does not take
+            if not sim_options:
+                raise
+            raise ValueError(f"sim_options: {exc} (backend {backend!r} of task {task_id!r})") from None
+        except ValueError as exc:  # e.g. a model feature the backend does not support: name the task
+            raise ValueError(f"task {task_id!r}: {exc}") from exc
         # After the backend, which refuses a device it cannot run on before anything is allocated there.
         self.rng = WorldRNG(self.seed, self.num_envs, self.device)
         self.all_ids = torch.arange(self.num_envs, device=self.device)

@@ -95,12 +95,16 @@ def make(
     seed: int | None = None,
     dtype: torch.dtype = torch.float32,
     nthread: int | None = None,
+    sim_options: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> BatchedEnv:
-    """Build a :class:`BatchedEnv` of ``num_envs`` worlds of a registered task."""
+    """Build a :class:`BatchedEnv` of ``num_envs`` worlds of a registered task (``sim_options``: further
+    backend arguments, e.g. ``{"graph_capture": True}`` for Warp on CUDA; the rest are task overrides).
+    """
     cfg = task_cfg(task_id, **overrides)
     return BatchedEnv(
-        cfg, num_envs, device=device, backend=backend, seed=seed, dtype=dtype, nthread=nthread, task_id=task_id
+        cfg, num_envs, device=device, backend=backend, seed=seed, dtype=dtype, nthread=nthread, task_id=task_id,
+        sim_options=sim_options,
     )
 
 
