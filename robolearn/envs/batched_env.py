@@ -26,7 +26,7 @@ from robolearn.envs.managers import (
     TerminationManager,
 )
 from robolearn.envs.sync import check_finite, host_count, host_nonzero
-from robolearn.envs.validate import check_int, validate_model, validate_task_cfg
+from robolearn.envs.validate import SOLVERS, check_int, validate_model, validate_task_cfg
 from robolearn.sim import compile_model, load_spec, make_backend, names_of
 from robolearn.types import Obs
 from robolearn.utils.rng import WorldRNG
@@ -89,6 +89,8 @@ class BatchedEnv:
         ActionManager.edit_spec(spec, cfg.actions)
         if cfg.timestep is not None:
             spec.option.timestep = cfg.timestep
+        if cfg.solver is not None:
+            spec.option.solver = SOLVERS[cfg.solver]
         self.model = compile_model(spec, contact_forces=cfg.contact_forces, source=f"MJCF of task {task_id!r}")
         validate_model(self.model, f"model of task {task_id!r}")
         self.names = names_of(self.model)

@@ -303,6 +303,10 @@ class TaskCfg:
     """Physics substeps per control step."""
     timestep: float | None = None
     """Physics timestep override in seconds; ``None`` keeps the MJCF's."""
+    solver: str | None = None
+    """Constraint solver override (``PGS``, ``CG`` or ``Newton``); ``None`` keeps the MJCF's. MuJoCo
+    Warp implements CG and Newton only, so a PGS model (Gymnasium's Humanoid) runs there with
+    ``solver="Newton"``: the same task with a different solver, not Gymnasium's model any more."""
     episode_length: int = 1000
     """Control steps before a time-out (``truncated``)."""
     observations: dict[str, ObsGroup] = field(default_factory=dict)

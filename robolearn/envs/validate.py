@@ -19,6 +19,13 @@ import numpy as np
 if TYPE_CHECKING:
     from robolearn.envs.cfg import TaskCfg
 
+SOLVERS: dict[str, int] = {
+    "PGS": int(mujoco.mjtSolver.mjSOL_PGS),
+    "CG": int(mujoco.mjtSolver.mjSOL_CG),
+    "Newton": int(mujoco.mjtSolver.mjSOL_NEWTON),
+}
+"""``TaskCfg.solver`` names and MuJoCo's solver enum values."""
+
 
 def check_int(where: str, value: Any, minimum: int = 0) -> int:
     """``value`` as an ``int >= minimum``; a bool, a float (even ``2.0``) or a string is refused."""
@@ -88,6 +95,8 @@ def validate_task_cfg(cfg: TaskCfg) -> None:
     check_int("episode_length", cfg.episode_length, 1)
     if cfg.timestep is not None:
         check_float("timestep", cfg.timestep, positive=True)
+    if cfg.solver is not None and cfg.solver not in SOLVERS:
+        raise ValueError(f"solver: expected one of {', '.join(SOLVERS)} (or None for the MJCF's), got {cfg.solver!r}")
     for flag in ("contact_forces", "forward_after_step"):
         if not isinstance(getattr(cfg, flag), bool):
             raise ValueError(f"{flag}: expected True or False, got {getattr(cfg, flag)!r}")
