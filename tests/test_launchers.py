@@ -138,6 +138,7 @@ def test_submitit_slurm_writes_the_sbatch_script_the_user_asked_for(tmp_path, mo
         (["hydra.launcher.n_jobs=2"], "pick the launcher too"),
         (["hydra/launcher=joblib", "hydra.sweep.dir=elsewhere"], "hydra.sweep.dir=elsewhere: robolearn fixes Hydra's output settings"),
         (["hydra/launcher=joblib", "algo.lrr=3"], "algo.lrr: field 'lrr' is not in PPOConfig"),
+        (["hydra/launcher=submitit_slurm", "distributed=true"], "distributed=true: a launched job is one process"),
     ],
 )
 def test_a_bad_launcher_or_option_is_one_line_before_anything_trains(args, expected, tmp_path, monkeypatch, capsys):

@@ -222,6 +222,12 @@ def launched_sweep(launcher: str, hydra_overrides: list[str], overrides: list[st
         # Force-added as compose_config does: the plugin recomposes each job from these overrides.
         job = [_force_add(o) for o in (*job_defaults(launcher, overrides), *job)]
         cfg = job_train_config(compose_config("train", job), job, name)
+        if cfg.distributed:
+            # Refused here, before a Slurm array is submitted: every job would fail in its worker.
+            raise UsageError(
+                f"distributed=true: a launched job is one process, not a torchrun group; {launcher} cannot start "
+                "data-parallel jobs. Run each with `torchrun --nproc_per_node N -m robolearn.cli train ... distributed=true`"
+            )
         # The job's final run dir replaces the command line's (now resolved once, here).
         kept = [o for o in job if o.lstrip("+~").split("=", 1)[0] != "run_dir"]
         jobs.append(([*kept, f"++run_dir={quote(cfg.run_dir)}"], cfg.run_dir))
