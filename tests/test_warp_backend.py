@@ -152,17 +152,15 @@ def test_unsupported_model_is_refused_with_the_feature():
 
 
 def test_backend_options_reach_the_backend_and_unknown_ones_are_named():
-    # graph_capture reaches WarpBackend (which refuses it on the CPU: proof that it arrived).
-    with pytest.raises(ValueError, match="graph_capture: CUDA graphs need a CUDA device"):
-        robolearn.make("Pendulum-Swingup", 2, backend="warp", sim_options={"graph_capture": True})
+    env = robolearn.make("Pendulum-Swingup", 2, backend="warp", sim_options={"graph_capture": True})
+    assert env.sim.graph_capture and set(env.sim._graphs) == {"forward", "reset"}, "the env reset at build: recorded"
+    assert not robolearn.make("Pendulum-Swingup", 2, backend="warp").sim.graph_capture, "off by default on the CPU"
     with pytest.raises(ValueError, match=r"^sim_options: .*'bogus'.*backend 'mujoco' of task 'Pendulum-Swingup'"):
         robolearn.make("Pendulum-Swingup", 2, sim_options={"bogus": 1})
 
 
 def test_bad_arguments(envs):
     model = envs["Cartpole-Balance"][0].model
-    with pytest.raises(ValueError, match="graph_capture: CUDA graphs need a CUDA device"):
-        WarpBackend(model, 2, graph_capture=True)
     with pytest.raises(ValueError, match="device: WarpBackend runs on 'cpu' or 'cuda"):
         WarpBackend(model, 2, device="meta")
     with pytest.raises(ValueError, match="unknown backend 'nope'; expected one of mujoco, reference, warp"):
@@ -405,3 +403,33 @@ def test_forward_after_step_makes_derived_fields_current(envs):
     data = fast.get_data(0)  # mj_forward at the current state, in float64
     np.testing.assert_allclose(fast.xpos[0].numpy(), data.xpos, rtol=0, atol=1e-5)
     assert not np.allclose(lagging.xpos[0].numpy(), data.xpos, atol=1e-5), "default mode lags one substep"
+
+
+def test_graph_capture_replays_what_the_uncaptured_backend_computes(envs):
+    # graph_capture=True on Warp's CPU device records the launches (Warp's API capture) as on CUDA:
+    # every replay must equal the uncaptured backend bit for bit, through contact forces, partial
+    # resets, a field written after the recording (in place: the graphs read it) and a world that
+    # diverges only in a replay (the record must hold the masked reset of the divergence test).
+    model = envs["Ant"][0].model
+    sims = [WarpBackend(model, N, decimation=5, graph_capture=c) for c in (False, True)]
+    qpos, qvel = _start(model, 3)
+    qpos[:, 2] = 0.6
+    damping = np.tile(model.dof_damping, (N, 1))
+    damping[2] = -1e6
+    flagged, touched = [], 0.0
+    for t, u in enumerate(_controls(model, 8, 4) * 0.3):
+        for sim in sims:
+            if t == 0:
+                sim.reset(None, qpos, qvel)
+            if t == 3:
+                sim.reset(torch.tensor([1]), qpos[[0]], qvel[[0]])
+            if t == 5:
+                sim.set_model_field("damping", torch.from_numpy(damping))
+            flagged.append(sim.step(u, nstep=2 if t == 6 else None))
+        for f in ("qpos", "qvel", "time", "cfrc_ext", "xpos"):
+            assert torch.equal(getattr(sims[0], f), getattr(sims[1], f)), f"{f} differs at step {t}"
+        assert torch.equal(flagged[-2], flagged[-1])
+        touched += sims[1].cfrc_ext.abs().sum().item()
+    assert set(sims[1]._graphs) == {"step", "reset", "forward"} and not sims[0]._graphs
+    assert flagged[-1].tolist() == [False, False, True, False], "world 2 diverged in a replay and was reset"
+    assert touched > 0, "the Ant must feel the floor"

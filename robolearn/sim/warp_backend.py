@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import mujoco
 import numpy as np
@@ -58,7 +58,11 @@ _DERIVED = ("body_subtreemass", "body_invweight0", "dof_invweight0", "actuator_a
 _SETCONST_FIELDS = frozenset({"body_mass", "body_inertia", "body_ipos", "dof_armature"})
 
 # The integration state saved by state_dict, with MjData's names (mjSTATE_INTEGRATION's parts).
-_STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat")
+# Empty arrays (no actuator activations, mocap bodies, equality constraints ...) are skipped.
+_STATE_FIELDS = (
+    "time", "qpos", "qvel", "act", "history", "qacc_warmstart", "ctrl", "qfrc_applied", "xfrc_applied",
+    "eq_active", "mocap_pos", "mocap_quat", "userdata",
+)
 
 
 def _import_warp():  # noqa: ANN202 - returns two modules
@@ -108,7 +112,7 @@ class WarpBackend:
         forward_after_step: bool = False,
         device: str | torch.device = "cpu",
         data_fields: tuple[str, ...] = (),
-        graph_capture: bool = False,
+        graph_capture: bool | None = None,
         nconmax: int | None = None,
         njmax: int | None = None,
     ) -> None:
@@ -124,9 +128,15 @@ class WarpBackend:
                 after each step, as :class:`~robolearn.sim.MujocoBackend`.
             device: ``cpu`` (Warp's CPU device: slow, for tests and CI) or ``cuda``/``cuda:k``.
             data_fields: further ``MjData`` outputs the env reads (:meth:`data_field`); checked here.
-            graph_capture: on CUDA, record the ``decimation`` substeps (with the divergence checks)
-                as one CUDA graph on the first step and replay it afterwards. On the CPU device it
-                is refused: CUDA graphs exist only on CUDA devices.
+            graph_capture: record the Warp launches of a full step (the ``decimation`` substeps,
+                divergence checks and resets, contact forces, forward pass), of a reset and of a
+                forward pass as graphs on their first call and replay them afterwards (a CUDA graph
+                on CUDA, Warp's recorded launch stream on the CPU device). ``None`` (default): on
+                CUDA only. Uncaptured CUDA steps are slow: MuJoCo Warp's solver loop
+                (``wp.capture_while``) then reads its convergence flag to the host after every
+                iteration (a stream synchronisation), and ``reset_data`` re-declares its kernels in
+                Python at every call (milliseconds). A step with ``nstep != decimation`` runs
+                uncaptured.
             nconmax: contacts per world to allocate (MuJoCo Warp's heuristic by default).
             njmax: constraint rows per world to allocate (MuJoCo Warp's heuristic by default).
 
@@ -140,11 +150,6 @@ class WarpBackend:
         if decimation < 1:
             raise ValueError(f"decimation: expected >= 1, got {decimation}")
         self._wp_device = warp_device(device)
-        if graph_capture and not self._wp_device.startswith("cuda"):
-            raise ValueError(
-                f"graph_capture: CUDA graphs need a CUDA device, got device={str(device)!r}; "
-                "pass graph_capture=False on the CPU"
-            )
         wp, mjw = _import_warp()
         self._wp, self._mjw = wp, mjw
         self.model = model
@@ -153,7 +158,7 @@ class WarpBackend:
         self.device = torch.device("cpu") if self._wp_device == "cpu" else torch.device(self._wp_device)
         self.dtype = torch.float32
         self.forward_after_step = bool(forward_after_step)
-        self.graph_capture = bool(graph_capture)
+        self.graph_capture = self._wp_device != "cpu" if graph_capture is None else bool(graph_capture)
         self._cf_mode = contact_force_mode(model)
         n = self.num_worlds
         batched = {f: n for f in (*RANDOMIZABLE_FIELDS.values(), *_DERIVED) if not f.startswith("opt.")}
@@ -191,7 +196,11 @@ class WarpBackend:
         self._written: set[str] = set()
         self._dof_cols: dict[tuple[int, ...], torch.Tensor] = {}
         self._subtree: torch.Tensor | None = None
-        self._graph = None
+        # Recorded launch graphs by call ("step", "reset", "forward"); dropped when a model array
+        # they point at is replaced (_field_array).
+        self._graphs: dict[str, object] = {}
+        self._capturing = False
+        self._torch_streams: dict[int, object] = {}
         self._check_kernel = _check_kernel(wp)
         for name in data_fields:
             self.data_field(name)
@@ -211,11 +220,49 @@ class WarpBackend:
             if self.device.type != "cuda":
                 yield
                 return
-            torch_stream = wp.stream_from_torch(torch.cuda.current_stream(self.device))
+            torch_stream = self._warp_view_of_torch_stream()
             warp_stream = wp.get_stream(self._wp_device)
             warp_stream.wait_stream(torch_stream)
             yield
             torch_stream.wait_stream(warp_stream)
+
+    def _warp_view_of_torch_stream(self):  # noqa: ANN202 - a wp.Stream
+        """Warp's handle of torch's current stream on this device, made once per torch stream.
+
+        ``wp.stream_from_torch`` registers a new Warp stream and, at the first ``wait_stream`` on
+        it, creates a new CUDA event: once per step that is avoidable host work.
+        """
+        current = torch.cuda.current_stream(self.device)
+        stream = self._torch_streams.get(current.cuda_stream)
+        if stream is None:  # keeps a reference to the torch stream (stream_from_torch does)
+            stream = self._torch_streams[current.cuda_stream] = self._wp.stream_from_torch(current)
+        return stream
+
+    def _launch(self, key: str, launches: Callable[[], None]) -> None:
+        """Run ``launches`` (Warp work only) directly or, with ``graph_capture``, as a recorded graph.
+
+        The first call runs the launches uncaptured (this call's work; it also creates and loads
+        every kernel, which MuJoCo Warp's ``reset_data`` declares at call time) and then records
+        them: recording does not execute them. Later calls replay the record, with no Python per
+        kernel. The graphs read and write the same arrays at every replay (controls, masks,
+        per-world fields are written in place), so nothing has to be re-recorded between calls.
+        """
+        if not self.graph_capture:
+            launches()
+            return
+        wp = self._wp
+        graph = self._graphs.get(key)
+        if graph is None:
+            launches()
+            self._capturing = True
+            try:
+                with wp.ScopedCapture(device=self._wp_device) as capture:
+                    launches()
+            finally:
+                self._capturing = False
+            self._graphs[key] = capture.graph
+            return
+        wp.capture_launch(graph)
 
     # -- state views -------------------------------------------------------------------------
     @property
@@ -324,14 +371,17 @@ class WarpBackend:
         self._ctrl.copy_(ctrl)
         nstep = self.decimation if nstep is None else int(nstep)
         with self._on_device():
-            self._diverged_wp.zero_()  # on Warp's stream: after torch's read of the last mask
-            # graph_capture may be switched on after construction (benchmarks do): CUDA only.
-            if self.graph_capture and self.device.type == "cuda" and nstep == self.decimation:
-                self._graph_step()
+            if nstep == self.decimation:  # graph_capture may be switched on after construction
+                self._launch("step", self._step_launches)
             else:
-                self._substeps(nstep)
-            self._after_step()
+                self._step_launches(nstep)
         return self._diverged.clone()
+
+    def _step_launches(self, nstep: int | None = None) -> None:
+        """A step's Warp work: ``nstep`` (default ``decimation``) substeps, then :meth:`_after_step`."""
+        self._diverged_wp.zero_()  # on Warp's stream: after torch's read of the last mask
+        self._substeps(self.decimation if nstep is None else nstep)
+        self._after_step()
 
     def _substeps(self, nstep: int) -> None:
         """``nstep`` MuJoCo Warp steps, each followed by the divergence check and masked reset."""
@@ -345,26 +395,11 @@ class WarpBackend:
                 inputs=[d.qpos, d.qvel, d.qacc, MAXVAL],
                 outputs=[self._bad_wp, self._diverged_wp],
             )
-            # On the CPU a host test is free and skips the reset's launches; on CUDA the masked
-            # reset runs unconditionally so the step needs no host sync and can be graph-captured.
-            if not on_cpu or bool(self._bad.any()):
+            # On the CPU a host test is free and skips the reset's launches; on CUDA, and in a
+            # recorded graph, the masked reset runs unconditionally: no host sync, and a record
+            # must hold the reset for the replays in which a world diverges.
+            if self._capturing or not on_cpu or bool(self._bad.any()):
                 mjw.reset_data(m, d, reset=self._bad_wp)
-
-    def _graph_step(self) -> None:
-        """Replay the CUDA graph of ``decimation`` substeps, recording it at the first call.
-
-        The first call runs the substeps uncaptured (this step's work; it also loads every kernel,
-        which a capture cannot compile) and then records them: a capture only records launches,
-        so recording advances nothing.
-        """
-        wp = self._wp
-        if self._graph is None:
-            self._substeps(self.decimation)
-            with wp.ScopedCapture(device=self._wp_device) as capture:
-                self._substeps(self.decimation)
-            self._graph = capture.graph
-            return
-        wp.capture_launch(self._graph)
 
     def _after_step(self) -> None:
         """Contact forces after the last substep (Gymnasium's call) and the optional forward pass."""
@@ -379,7 +414,7 @@ class WarpBackend:
     def _forward(self) -> None:
         """``forward`` on every world (derived quantities at the current state)."""
         with self._on_device():
-            self._mjw.forward(self._m, self._d)
+            self._launch("forward", lambda: self._mjw.forward(self._m, self._d))
 
     def reset(
         self,
@@ -402,7 +437,7 @@ class WarpBackend:
         self._reset_mask.zero_()
         self._reset_mask[ids] = True
         with self._on_device():
-            self._mjw.reset_data(self._m, self._d, reset=self._reset_wp)
+            self._launch("reset", lambda: self._mjw.reset_data(self._m, self._d, reset=self._reset_wp))
         if qpos is not None:
             self._qpos[ids] = qpos
         if qvel is not None:
@@ -427,7 +462,7 @@ class WarpBackend:
             with wp.ScopedDevice(self._wp_device):
                 arr = wp.array(tiled, dtype=arr.dtype)
             setattr(owner, attr, arr)
-            self._graph = None  # the recorded graph points at the old array
+            self._graphs.clear()  # the recorded graphs point at the old array
         return arr
 
     def set_model_field(self, name: str, values: torch.Tensor | np.ndarray, env_ids: torch.Tensor | None = None) -> None:
