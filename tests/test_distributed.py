@@ -224,6 +224,13 @@ def test_distributed_outside_torchrun_is_a_config_error(monkeypatch: pytest.Monk
     # Without distributed=true nothing is joined and the config is unchanged.
     plain = train_config_from_dict({"task": "Pendulum-Swingup", "algo": {"name": "ppo"}})
     assert distributed.prepare(plain) is plain
+    # torchrun without distributed=true: the processes would train separate runs into one run_dir.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(ConfigError, match=r"distributed=false, but this process is RANK=1 of WORLD_SIZE=2.*add distributed=true"):
+        distributed.prepare(plain)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert distributed.prepare(plain) is plain
 
 
 def test_bad_torchrun_values_and_algorithms_are_named(monkeypatch: pytest.MonkeyPatch) -> None:

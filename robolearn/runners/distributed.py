@@ -119,10 +119,19 @@ def prepare(cfg: Any) -> Any:
     algorithm's section too) and device; the ranks other than 0 build no evaluation env.
 
     Raises:
-        ConfigError: ``distributed=true`` outside torchrun, an algorithm or mode the data-parallel
-            path does not cover, or a device this rank cannot use. Nothing is written before.
+        ConfigError: ``distributed=true`` outside torchrun, ``distributed=false`` in one of several
+            torchrun processes, an algorithm or mode the data-parallel path does not cover, or a
+            device this rank cannot use. Nothing is written before.
     """
     if not getattr(cfg, "distributed", False):
+        world = os.environ.get("WORLD_SIZE", "1")
+        if world not in ("", "1") and "RANK" in os.environ:
+            # Each of torchrun's processes would train its own run into the same run_dir: one
+            # fails on the run's lock and torchrun then stops the others.
+            raise ConfigError(
+                f"distributed=false, but this process is RANK={os.environ['RANK']} of WORLD_SIZE={world} (started by "
+                "torchrun): add distributed=true to train data-parallel, or start a single process"
+            )
         return cfg
     missing = [name for name in TORCHRUN_VARS if name not in os.environ]
     if missing:
