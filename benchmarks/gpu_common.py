@@ -189,35 +189,24 @@ def setup(args: argparse.Namespace) -> torch.device:
 
 
 def make_env(task: str, num_envs: int, backend: str, device: torch.device | str, seed: int = 0,
-             nthread: int | None = None, graph_capture: bool = False, **overrides: Any) -> Any:
+             nthread: int | None = None, graph_capture: bool | None = None, **overrides: Any) -> Any:
     """``robolearn.make`` with the backend and device; ``nthread`` only for the MuJoCo CPU batch.
 
-    ``graph_capture`` asks the backend for a CUDA-graph step; it is passed only when requested,
-    so a backend without that option is never handed an unknown keyword.
+    ``graph_capture`` (Warp only, through ``sim_options``): ``None`` keeps the backend's default
+    (Warp records its step as a CUDA graph on CUDA), ``True``/``False`` asks for it explicitly, so
+    a captured and an uncaptured column really differ. Asking a backend without graph capture for
+    it is a ValueError naming the backend.
     """
     import robolearn
 
     kwargs: dict[str, Any] = {"backend": backend, "device": device, "seed": seed}
     if backend in ("mujoco", "reference") and nthread is not None:
         kwargs["nthread"] = nthread
-    if not graph_capture:
-        return robolearn.make(task, num_envs, **kwargs, **overrides)
-    try:
-        return robolearn.make(task, num_envs, graph_capture=True, **kwargs, **overrides)
-    except (TypeError, ValueError) as exc:
-        if "graph_capture" not in str(exc):
-            raise
-    # robolearn.make did not forward the keyword to the backend: switch it on the built backend if
-    # it has the attribute (the step is captured on its first call after that), else say so.
-    if torch.device(device).type != "cuda":
-        raise ValueError(f"graph_capture: CUDA graphs need a CUDA device, got device={str(device)!r}")
-    env = robolearn.make(task, num_envs, **kwargs, **overrides)
-    if not hasattr(env.sim, "graph_capture"):
-        env.close()
-        raise ValueError(f"backend {backend!r} offers no graph_capture (neither through robolearn.make "
-                         "nor as a backend attribute)")
-    env.sim.graph_capture = True
-    return env
+    if graph_capture and backend != "warp":
+        raise ValueError(f"graph_capture: backend {backend!r} has no graph capture (backend 'warp' has)")
+    if graph_capture is not None and backend == "warp":
+        kwargs["sim_options"] = {"graph_capture": bool(graph_capture)}
+    return robolearn.make(task, num_envs, **kwargs, **overrides)
 
 
 def unsupported(task: str, backend: str) -> str | None:

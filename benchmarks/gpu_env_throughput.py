@@ -58,7 +58,7 @@ COLUMNS = ["task", "N", "decimation", "steps/s", "graph-captured steps/s", "CPU 
 
 
 def measure(task: str, n: int, backend: str, device: torch.device, args: argparse.Namespace,
-            steps: int, warmup: int, rounds: int, graph_capture: bool = False) -> dict[str, Any]:
+            steps: int, warmup: int, rounds: int, graph_capture: bool | None = None) -> dict[str, Any]:
     """Env steps/s of ``n`` worlds of ``task``: median over ``rounds`` rounds of ``steps`` steps after
     ``warmup`` untimed ones; or the reason it could not run."""
     why = unsupported(task, backend)
@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     for task in args.tasks:
         for n in args.sizes:
             log(f"{task} N={n}")
-            main_res = measure(task, n, args.backend, device, args, args.steps, args.warmup, args.rounds)
+            # With a graph column, the main one is the uncaptured step (Warp captures by default on CUDA).
+            main_res = measure(task, n, args.backend, device, args, args.steps, args.warmup, args.rounds,
+                               graph_capture=False if graph else None)
             graph_res = (measure(task, n, args.backend, device, args, args.steps, args.warmup, args.rounds,
                                  graph_capture=True) if graph else None)
             # The CPU batch has nothing to compile or capture: 2 warm-up steps, 3 rounds at most.

@@ -204,3 +204,14 @@ def test_rslrl_runner_learns_on_a_robolearn_env() -> None:
     assert any(not torch.equal(a, b) for a, b in zip(before, runner.alg.actor.parameters(), strict=True))
     assert int(env.env.episode_length.sum()) == steps0 + 4 * 4
     env.env.close()
+
+
+def test_make_env_hands_graph_capture_to_warp_and_refuses_it_elsewhere() -> None:
+    # The env-throughput table's uncaptured column must really be uncaptured: Warp captures its step
+    # by default on CUDA, so make_env passes False explicitly (through sim_options) when asked.
+    for flag in (True, False):
+        assert gpu_common.make_env("Pendulum-Swingup", 2, "warp", "cpu", graph_capture=flag).sim.graph_capture is flag
+    assert gpu_common.make_env("Pendulum-Swingup", 2, "warp", "cpu").sim.graph_capture is False, "the CPU default"
+    assert not hasattr(gpu_common.make_env("Pendulum-Swingup", 2, "mujoco", "cpu", graph_capture=False).sim, "_graphs")
+    with pytest.raises(ValueError, match="graph_capture: backend 'mujoco' has no graph capture"):
+        gpu_common.make_env("Pendulum-Swingup", 2, "mujoco", "cpu", graph_capture=True)
