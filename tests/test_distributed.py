@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from torch import nn
 from robolearn.cli.commands import run_command
 from robolearn.nn import EmpiricalNormalizer
 from robolearn.runners import distributed
+from robolearn.runners.base import BaseRunner, _Interrupt
 from robolearn.runners.checkpoint import load_checkpoint
 from robolearn.runners.train_config import train_config_from_dict
 from robolearn.utils.config import ConfigError
@@ -140,7 +142,9 @@ def after_a_failed_backward(agent: ToyAgent, rank: int) -> dict[str, Any]:
     agent.optimizer.zero_grad(set_to_none=True)
     params = list(agent.actor.parameters())
     local = torch.autograd.grad(agent.actor(obs).square().sum(), params)  # no hooks: this rank's own gradient
-    agent.actor(obs).square().sum().backward()
+    loss = agent.actor(obs).square().sum()
+    with torch.no_grad():  # a backward called under no_grad still runs the hooks and the averaging
+        loss.backward()
     return {"failed_pass_reached_a_parameter": reached, "local": list(local), "averaged": [p.grad.clone() for p in params]}
 
 
@@ -165,6 +169,12 @@ def grad_worker(rank: int, port: int, out_dir: str) -> None:
         out["all_max"] = distributed.all_max([rank, 5 - rank])
         out["broadcast"] = distributed.broadcast_object(f"rank {rank}")
         out["gathered"] = distributed.gather_objects(10 * rank)
+        # The runner's per-iteration agreement: the worst divergence streak and a Ctrl-C of any rank count for all.
+        runner = SimpleNamespace(_worst_streak=torch.tensor(3 * rank))
+        interrupt = _Interrupt()
+        interrupt.requested = rank == 1
+        BaseRunner._agree(runner, interrupt)  # type: ignore[arg-type]
+        out["agree"] = (int(runner._worst_streak), interrupt.requested)
         torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     finally:
         distributed.finish()
@@ -208,6 +218,7 @@ def test_averaged_gradient_is_the_combined_batch_gradient(tmp_path: Path) -> Non
         assert not torch.equal(ranks[0]["local"][0], ranks[1]["local"][0])  # the ranks' own gradients differ
         assert got["all_true"] == (True, False) and got["all_max"] == [1, 5]
         assert got["broadcast"] == "rank 0" and got["gathered"] == [0, 10]
+        assert got["agree"] == (3, True)
     # The clipping acted on the averaged gradient (the clip is active: the norm exceeds 0.05).
     norm = torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in reference["ppo_grads"][:-1]]))
     assert float(norm) > 0.05
