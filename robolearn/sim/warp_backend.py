@@ -223,8 +223,10 @@ class WarpBackend:
             torch_stream = self._warp_view_of_torch_stream()
             warp_stream = wp.get_stream(self._wp_device)
             warp_stream.wait_stream(torch_stream)
-            yield
-            torch_stream.wait_stream(warp_stream)
+            try:
+                yield
+            finally:
+                torch_stream.wait_stream(warp_stream)
 
     def _warp_view_of_torch_stream(self):  # noqa: ANN202 - a wp.Stream
         """Warp's handle of torch's current stream on this device, made once per torch stream.
@@ -459,7 +461,7 @@ class WarpBackend:
             if arr.shape[0] != 1 or arr.ndim < 1:
                 raise ValueError(f"model field {field!r} is not batched per world in MuJoCo Warp")
             tiled = np.repeat(arr.numpy(), self.num_worlds, axis=0)
-            with wp.ScopedDevice(self._wp_device):
+            with self._on_device():  # the upload on Warp's stream, before torch writes into it
                 arr = wp.array(tiled, dtype=arr.dtype)
             setattr(owner, attr, arr)
             self._graphs.clear()  # the recorded graphs point at the old array
