@@ -349,6 +349,10 @@ class PPO:
         step = self._minibatch_step
         if cfg.compile:
             if self._compiled_step is None:
+                # The adaptive step size is written inside the step, before Adam's part of it is
+                # traced (which marks its own tensors static). A write into a non-static input
+                # makes CUDA-graph trees skip the step's first graph; a fixed address avoids it.
+                torch._dynamo.mark_static_address(self.learning_rate)
                 self._compiled_step = compile_step(self._minibatch_step, cfg.compile_mode, self.device)
             step = self._compiled_step
         for batch in batches:
