@@ -1,5 +1,8 @@
 """Env steps/s: MuJoCo Warp (``backend="warp"``) vs the C batch (``backend="mujoco"``), issue 15.
 
+With ``graph_capture`` (a column of its own) the step's launches are recorded once and replayed
+without Python per kernel (a CUDA graph on a GPU, Warp's API capture on the CPU device).
+
 On this CPU Warp runs on its CPU device, which executes each kernel as a serial loop over worlds
 and pays a Python launch overhead per kernel (a MuJoCo Warp step is ~100 launches): it is expected
 to be far slower than the C batch and is recorded, not a target. With ``--device cuda`` the same
@@ -26,18 +29,23 @@ import torch
 import robolearn
 
 
-def rate(task: str, n: int, backend: str, device: str, args: argparse.Namespace) -> float:
-    """Env steps/s of ``task`` with ``n`` worlds on ``backend``."""
-    env = robolearn.make(task, n, backend=backend, device=device if backend == "warp" else "cpu", seed=0, nthread=args.nthread)
-    gen = torch.Generator().manual_seed(0)
+def rate(task: str, n: int, backend: str, device: str, args: argparse.Namespace, graph_capture: bool = False) -> float:
+    """Env steps/s of ``task`` with ``n`` worlds on ``backend`` (Warp: its launches recorded and
+    replayed as a graph with ``graph_capture``; explicit, as Warp captures by default on CUDA)."""
+    if backend == "warp":
+        env = robolearn.make(task, n, backend="warp", device=device, seed=0, sim_options={"graph_capture": graph_capture})
+    else:
+        env = robolearn.make(task, n, backend=backend, device="cpu", seed=0, nthread=args.nthread)
     dev = env.device
+    gen = torch.Generator(device=dev).manual_seed(0)
 
     def sync() -> None:
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
     def act() -> torch.Tensor:
-        return (torch.rand(n, env.action_dim, generator=gen) * 2 - 1).to(dev)
+        # Drawn on the env's device: a host tensor copied to a GPU would sync the host each step.
+        return torch.rand(n, env.action_dim, generator=gen, device=dev) * 2 - 1
 
     for _ in range(args.warmup):
         env.step(act())
@@ -67,13 +75,16 @@ def main() -> None:
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, torch threads 1, "
           f"C batch nthread={args.nthread}, Warp device={args.device}, {os.cpu_count()} cores")
     print()
-    print(f"| task | N | Warp ({args.device}) steps/s | C batch steps/s | Warp / C |")
-    print("|---|---:|---:|---:|---:|")
+    print(f"| task | N | Warp ({args.device}) steps/s | Warp graph-captured steps/s | C batch steps/s | Warp / C "
+          "| captured / C |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for task in args.tasks:
         for n in args.sizes:
             warp = rate(task, n, "warp", args.device, args)
+            graph = rate(task, n, "warp", args.device, args, graph_capture=True)
             cpu = rate(task, n, "mujoco", "cpu", args)
-            print(f"| {task} | {n} | {warp:,.0f} | {cpu:,.0f} | {warp / cpu:.3f} |", flush=True)
+            print(f"| {task} | {n} | {warp:,.0f} | {graph:,.0f} | {cpu:,.0f} | {warp / cpu:.3f} | {graph / cpu:.3f} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
