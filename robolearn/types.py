@@ -170,3 +170,11 @@ class Resettable(Protocol):
     def reset(self, done: torch.Tensor) -> None:
         """Restart the inference state of the worlds where ``done[N]`` (bool) is true; keep the others'."""
         ...
+
+
+class NonFiniteValue(ValueError):
+    """A NaN or inf where an env needs finite numbers (an action), raised before the physics sees it,
+    so the env's state is untouched (``robolearn.envs.sync.check_finite``). A training loop that
+    wants to react (stop acting on an actor an update broke) catches this instead of checking each
+    action itself, which would add a second host sync per step to the one the env's check costs.
+    """

@@ -49,3 +49,24 @@ def test_sac_run_and_resume_equal_a_straight_run(tmp_path):
     assert _rows(tmp_path / "b" / "metrics.csv") == rows
     b = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert b["final_eval_return"] == summary["final_eval_return"]
+
+
+def test_a_non_finite_action_stops_the_iteration_before_the_env_steps(tmp_path):
+    # The actor breaks on the 13th call (the 3rd step of the second of three iterations): the
+    # runner stops acting for that iteration, the env refuses the NaN before its physics sees it
+    # (its step counter stays at the finite steps), the replay holds only finite transitions, and
+    # the next iteration trains on.
+    runner = _runner(tmp_path / "r", total=4 * 10 * 3)
+    act, calls = runner.agent.act, [0]
+
+    def breaking_act(obs):
+        calls[0] += 1
+        action = act(obs)
+        return torch.full_like(action, float("nan")) if calls[0] == 13 else action
+
+    runner.agent.act = breaking_act
+    runner.learn()
+    assert calls[0] == 10 + 3 + 10
+    assert runner.env.common_step_counter == 10 + 2 + 10
+    assert runner.agent.replay.size == 4 * 22
+    assert torch.isfinite(runner.agent.replay.storage["action"][: runner.agent.replay.size]).all()

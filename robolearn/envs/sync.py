@@ -38,6 +38,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from robolearn.types import NonFiniteValue
+
+__all__ = ["NonFiniteValue", "check_finite", "host_any", "host_count", "host_nonzero", "host_value", "to_host"]
+
 
 def host_any(mask: torch.Tensor) -> bool:
     """Whether any entry of the boolean ``mask`` is set (one host sync)."""
@@ -55,14 +59,6 @@ def host_nonzero(mask: torch.Tensor) -> torch.Tensor | None:
 def host_count(mask: torch.Tensor) -> int:
     """The number of set entries of the boolean ``mask`` (one host sync)."""
     return int(mask.sum())
-
-
-class NonFiniteValue(ValueError):
-    """A NaN or inf where the env needs finite numbers (an action), raised before the physics sees
-    it, so the env's state is untouched. A training loop that wants to react (undo the update that
-    broke the actor) catches this instead of checking the action itself, which would add a second
-    host sync per step to the one :func:`check_finite` already costs.
-    """
 
 
 def check_finite(values: torch.Tensor, where: str) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from robolearn.runners import distributed
 from robolearn.runners.base import BaseRunner
-from robolearn.types import Transition
+from robolearn.types import NonFiniteValue, Transition
 
 
 class OffPolicyRunner(BaseRunner):
@@ -28,16 +28,19 @@ class OffPolicyRunner(BaseRunner):
             stats: dict[str, torch.Tensor] = {}
             for _ in range(self.cfg.steps_per_iteration):
                 action = self.agent.act(obs)
-                finite = bool(torch.isfinite(action).all())
                 if self.dist is not None:
                     # The ranks stop together: one that left the loop alone would leave the others
-                    # waiting in the next update's gradient all-reduce.
-                    finite = distributed.all_true(finite)
-                if not finite:
+                    # waiting in the next update's gradient all-reduce (one small collective a step).
+                    if not distributed.all_true(bool(torch.isfinite(action).all())):
+                        break
+                try:
+                    next_obs, reward, terminated, truncated, info = self.env.step(action)
+                except NonFiniteValue:
                     # An update of this iteration broke the actor: stop acting on it; the guard
-                    # finds the non-finite parameters and undoes the iteration's updates.
+                    # finds the non-finite parameters and undoes the iteration's updates. The env
+                    # refused the action before its physics saw it, and its own check is the only
+                    # host sync this costs (no second isfinite read per step here).
                     break
-                next_obs, reward, terminated, truncated, info = self.env.step(action)
                 self.agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
                 self._record(info)
                 obs = next_obs
