@@ -17,9 +17,12 @@ Parameters, buffers and optimiser state stay on CUDA throughout.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -137,3 +140,43 @@ def test_compiled_updates_with_cuda_graphs_run_without_syncs(algo: str) -> None:
                 stats = agent.update()
     assert stats and all(torch.isfinite(v).all() for v in stats.values())
     assert _on_cuda(agent.parameters())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco_warp") is None, reason="needs mujoco-warp: pip install 'robolearn[gpu]'")
+def test_warp_graph_replay_matches_the_uncaptured_step_also_from_a_side_stream() -> None:
+    # The CUDA-graph path of the Warp backend (its default on CUDA) against the uncaptured launches:
+    # the replays advance the state, honour new controls, partial resets and a field written after
+    # the recording, and reset a world that diverges only in a replay. Every other step runs on a
+    # non-default torch stream: the backend must order Warp's stream after it and it after Warp's.
+    from robolearn.sim.warp_backend import WarpBackend
+
+    model = robolearn.make("Cartpole-Balance", 2).model  # a CPU env, only for its compiled model
+    n = 8
+    sims = [WarpBackend(model, n, decimation=4, device="cuda", graph_capture=c) for c in (False, True)]
+    damping = np.tile(model.dof_damping, (n, 1))
+    damping[3] = -1e6  # world 3 blows up once this is written
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    side = torch.cuda.Stream()
+    masks: list[list[torch.Tensor]] = [[], []]
+    for t in range(12):
+        u = torch.rand((n, model.nu), generator=gen, device="cuda") * 2 - 1
+        for sim, mask in zip(sims, masks, strict=True):
+            on_side = t % 2 == 1
+            if on_side:
+                side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side) if on_side else contextlib.nullcontext():
+                if t == 5:
+                    sim.reset(torch.tensor([1, 6], device="cuda"))
+                if t == 8:
+                    sim.set_model_field("damping", torch.from_numpy(damping))
+                mask.append(sim.step(u))
+                state = torch.cat([sim.qpos, sim.qvel, sim.time[:, None]], dim=1).clone()
+            if on_side:
+                torch.cuda.current_stream().wait_stream(side)
+            mask.append(state)
+        torch.testing.assert_close(masks[1][-1], masks[0][-1], rtol=0, atol=1e-5, msg=f"state at step {t}")
+        assert torch.equal(masks[1][-2], masks[0][-2]), f"divergence mask at step {t}"
+    assert set(sims[1]._graphs) == {"step", "reset", "forward"} and not sims[0]._graphs
+    flagged = torch.stack(masks[1][0::2]).any(dim=0)
+    assert flagged.tolist() == [i == 3 for i in range(n)], "world 3 diverged in a replay and was reset"
+    assert torch.isfinite(sims[1].qpos).all() and (sims[1].time[[0, 2]] > 0).all()
