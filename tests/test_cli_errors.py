@@ -154,3 +154,11 @@ def test_ctrl_c_saves_a_checkpoint_releases_the_lock_and_the_run_resumes(tmp_pat
                            "total_env_steps=320"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads((run / "summary.json").read_text())["env_steps"] == 320
+
+
+def test_an_unknown_backend_option_is_named_before_anything_is_written(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _train(run, "sim_options.bogus=1") == 2
+    line = _error(capsys)
+    assert "sim_options:" in line and "'bogus'" in line and "backend 'mujoco'" in line, line
+    assert not run.exists()

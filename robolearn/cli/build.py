@@ -47,7 +47,10 @@ def build_env(
     overrides = flatten_overrides(cfg.task_overrides)
     if evaluation:
         overrides["curriculum"] = {}
-    return robolearn.make(cfg.task, num_envs, seed=seed, device=device or cfg.device, backend=cfg.backend, **overrides)
+    return robolearn.make(
+        cfg.task, num_envs, seed=seed, device=device or cfg.device, backend=cfg.backend,
+        sim_options=cfg.sim_options, **overrides,
+    )
 
 
 def build_agent(cfg: TrainConfig, env: BatchedEnv, device: str | None = None) -> Any:

@@ -55,7 +55,10 @@ class TrainConfig:
     device: str = "cpu"
     """Torch device of envs and learner."""
     backend: str = "mujoco"
-    """Simulation backend."""
+    """Simulation backend: ``mujoco`` (CPU batch), ``reference`` or ``warp`` (MuJoCo Warp)."""
+    sim_options: dict[str, Any] = field(default_factory=dict)
+    """Further arguments of the backend, e.g. ``sim_options.graph_capture=true`` (Warp on CUDA: the
+    physics substeps as one CUDA graph) or ``sim_options.nconmax=...``; an unknown one is an error."""
     run_dir: str = "runs"
     """Where the run is written."""
     resume: str | None = None
