@@ -408,7 +408,6 @@ def test_resume_falls_back_to_the_newest_step_every_rank_has(tmp_path: Path) -> 
     assert main["counters"]["update_idx"] == 3 and newest.is_file()
 
 
-@pytest.mark.slow
 def test_two_nodes_on_loopback_train_one_learner(tmp_path: Path) -> None:
     run, port = tmp_path / "nodes", free_port()
     args = [*PPO, "distributed=true", "total_env_steps=256", f"run_dir={run}"]

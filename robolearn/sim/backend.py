@@ -78,6 +78,72 @@ def as_index_array(env_ids: torch.Tensor | Sequence[int] | np.ndarray | None, nu
     return ids
 
 
+class TensorStateViews:
+    """The state properties of a backend that keeps its state as tensor views: ``_qpos``,
+    ``_qvel``, ``_ctrl``, ``_time``, ``_cfrc``, ``_xfrc`` and the derived fields in ``_derived``
+    (``xpos``, ``xquat``, ``cvel``, ``sensordata``). Views of the backend's own memory (the CPU
+    batch's state rows, MuJoCo Warp's device arrays): read them, write through the backend's methods.
+    """
+
+    _qpos: torch.Tensor
+    _qvel: torch.Tensor
+    _ctrl: torch.Tensor
+    _time: torch.Tensor
+    _cfrc: torch.Tensor
+    _xfrc: torch.Tensor
+    _derived: dict[str, torch.Tensor]
+
+    @property
+    def qpos(self) -> torch.Tensor:
+        """Generalised positions ``[N, nq]``."""
+        return self._qpos
+
+    @property
+    def qvel(self) -> torch.Tensor:
+        """Generalised velocities ``[N, nv]``."""
+        return self._qvel
+
+    @property
+    def ctrl(self) -> torch.Tensor:
+        """Controls applied at the last step ``[N, nu]``."""
+        return self._ctrl
+
+    @property
+    def time(self) -> torch.Tensor:
+        """Simulation time per world ``[N]``."""
+        return self._time
+
+    @property
+    def xpos(self) -> torch.Tensor:
+        """Body positions ``[N, nbody, 3]``."""
+        return self._derived["xpos"]
+
+    @property
+    def xquat(self) -> torch.Tensor:
+        """Body orientations ``[N, nbody, 4]`` (w, x, y, z)."""
+        return self._derived["xquat"]
+
+    @property
+    def cvel(self) -> torch.Tensor:
+        """Body com-based velocities ``[N, nbody, 6]``."""
+        return self._derived["cvel"]
+
+    @property
+    def sensordata(self) -> torch.Tensor:
+        """Sensor outputs ``[N, nsensordata]``."""
+        return self._derived["sensordata"]
+
+    @property
+    def cfrc_ext(self) -> torch.Tensor:
+        """External (contact) forces per body ``[N, nbody, 6]`` (see :class:`SimBackend`)."""
+        return self._cfrc
+
+    @property
+    def xfrc_applied(self) -> torch.Tensor:
+        """Applied body wrenches ``[N, nbody, 6]`` (write with the backend's ``set_xfrc_applied``)."""
+        return self._xfrc
+
+
 @runtime_checkable
 class SimBackend(Protocol):
     """N worlds of one model. State tensors are ``[N, ...]`` of :attr:`dtype` on :attr:`device`.

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from mujoco.batch import DATA_FIELDS, Batch, SimulationError
 
-from robolearn.sim.backend import DIVERGENCE_WARNINGS, as_index_array, resolve_field
+from robolearn.sim.backend import DIVERGENCE_WARNINGS, TensorStateViews, as_index_array, resolve_field
 from robolearn.sim.model import contact_force_mode
 
 
@@ -30,7 +30,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array)
 
 
-class MujocoBackend:
+class MujocoBackend(TensorStateViews):
     """The embedded CPU backend: ``mujoco.batch`` stepping with threads = cores by default."""
 
     def __init__(
@@ -107,56 +107,11 @@ class MujocoBackend:
         b.reset()
         self._warn_sum = self._warning_sum()
 
-    # -- state views -------------------------------------------------------------------------
+    # -- state views (qpos ... xfrc_applied: TensorStateViews) -----------------------------
     @property
     def nthread(self) -> int:
         """Worker threads of the batch."""
         return self._batch.nthread
-
-    @property
-    def qpos(self) -> torch.Tensor:
-        """Generalised positions ``[N, nq]`` (a view of the state rows)."""
-        return self._qpos
-
-    @property
-    def qvel(self) -> torch.Tensor:
-        """Generalised velocities ``[N, nv]`` (a view of the state rows)."""
-        return self._qvel
-
-    @property
-    def ctrl(self) -> torch.Tensor:
-        """Controls ``[N, nu]`` (a view of the state rows)."""
-        return self._ctrl
-
-    @property
-    def time(self) -> torch.Tensor:
-        """Simulation time ``[N]``."""
-        return self._time
-
-    @property
-    def xpos(self) -> torch.Tensor:
-        """Body positions ``[N, nbody, 3]`` (read-only)."""
-        return self._derived["xpos"]
-
-    @property
-    def xquat(self) -> torch.Tensor:
-        """Body orientations ``[N, nbody, 4]`` (read-only)."""
-        return self._derived["xquat"]
-
-    @property
-    def cvel(self) -> torch.Tensor:
-        """Body velocities ``[N, nbody, 6]`` (read-only)."""
-        return self._derived["cvel"]
-
-    @property
-    def sensordata(self) -> torch.Tensor:
-        """Sensor outputs ``[N, nsensordata]`` (read-only)."""
-        return self._derived["sensordata"]
-
-    @property
-    def cfrc_ext(self) -> torch.Tensor:
-        """External forces per body ``[N, nbody, 6]`` (see :class:`~robolearn.sim.SimBackend`)."""
-        return self._cfrc
 
     def data_field(self, name: str) -> torch.Tensor:
         """A read-only live ``[N, ...]`` view of an ``MjData`` output field.
@@ -179,11 +134,6 @@ class MujocoBackend:
             view = self._derived[name] = _tensor(self._batch.bind(name))
             self._batch.forward()  # fill it at the current state (no step has happened yet)
         return view
-
-    @property
-    def xfrc_applied(self) -> torch.Tensor:
-        """Applied body wrenches ``[N, nbody, 6]`` (a view of the state rows)."""
-        return self._xfrc
 
     def set_xfrc_applied(self, values: torch.Tensor, env_ids: torch.Tensor | np.ndarray | None = None) -> None:
         """Write the applied wrenches of ``env_ids``."""

@@ -39,7 +39,7 @@ import mujoco
 import numpy as np
 import torch
 
-from robolearn.sim.backend import RANDOMIZABLE_FIELDS, resolve_field
+from robolearn.sim.backend import RANDOMIZABLE_FIELDS, TensorStateViews, resolve_field
 from robolearn.sim.model import contact_force_mode
 
 UNSUPPORTED_TASKS: dict[str, str] = {
@@ -99,7 +99,7 @@ def _model_name(model: mujoco.MjModel) -> str:
     return f"model {model.names[:end].decode() or '(unnamed)'!r}"
 
 
-class WarpBackend:
+class WarpBackend(TensorStateViews):
     """N worlds of one model in MuJoCo Warp on ``device``; float32 torch views of the device state."""
 
     def __init__(
@@ -266,52 +266,7 @@ class WarpBackend:
             return
         wp.capture_launch(graph)
 
-    # -- state views -------------------------------------------------------------------------
-    @property
-    def qpos(self) -> torch.Tensor:
-        """Generalised positions ``[N, nq]`` (a view of the device array)."""
-        return self._qpos
-
-    @property
-    def qvel(self) -> torch.Tensor:
-        """Generalised velocities ``[N, nv]`` (a view of the device array)."""
-        return self._qvel
-
-    @property
-    def ctrl(self) -> torch.Tensor:
-        """Controls ``[N, nu]`` (a view of the device array)."""
-        return self._ctrl
-
-    @property
-    def time(self) -> torch.Tensor:
-        """Simulation time ``[N]`` (float32)."""
-        return self._time
-
-    @property
-    def xpos(self) -> torch.Tensor:
-        """Body positions ``[N, nbody, 3]``."""
-        return self._derived["xpos"]
-
-    @property
-    def xquat(self) -> torch.Tensor:
-        """Body orientations ``[N, nbody, 4]``."""
-        return self._derived["xquat"]
-
-    @property
-    def cvel(self) -> torch.Tensor:
-        """Body velocities ``[N, nbody, 6]``."""
-        return self._derived["cvel"]
-
-    @property
-    def sensordata(self) -> torch.Tensor:
-        """Sensor outputs ``[N, nsensordata]``."""
-        return self._derived["sensordata"]
-
-    @property
-    def cfrc_ext(self) -> torch.Tensor:
-        """External forces per body ``[N, nbody, 6]`` (see :class:`~robolearn.sim.SimBackend`)."""
-        return self._cfrc
-
+    # -- state views (qpos ... xfrc_applied: TensorStateViews) -----------------------------
     @property
     def overflow(self) -> torch.Tensor:
         """Per-world bitmask ``[N]`` (int32) of MuJoCo Warp's allocation overflows since the world's
@@ -345,11 +300,6 @@ class WarpBackend:
         view = view.reshape(self.num_worlds, *host.shape) if host.ndim > 1 or view.ndim != 2 else view
         self._derived[name] = view
         return view
-
-    @property
-    def xfrc_applied(self) -> torch.Tensor:
-        """Applied body wrenches ``[N, nbody, 6]`` (a view of the device array)."""
-        return self._xfrc
 
     def set_xfrc_applied(self, values: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         """Write the applied wrenches of ``env_ids``."""
