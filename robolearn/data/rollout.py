@@ -15,7 +15,7 @@ of the padding that completes a last, shorter chunk.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -206,13 +206,20 @@ class RolloutStorage:
 
     @torch.no_grad()
     def compute_returns(
-        self, last_values: torch.Tensor, gamma: float, lam: float, normalize_advantages: bool = False
+        self,
+        last_values: torch.Tensor,
+        gamma: float,
+        lam: float,
+        normalize_advantages: bool = False,
+        reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         """Fill ``advantages`` and ``returns`` with GAE(``gamma``, ``lam``).
 
         ``last_values`` is ``V`` of the observation after the last stored step, ``[N]``. A time-out
         adds ``gamma * V(final_obs)`` to that step's reward; any episode end (terminated or
         truncated) cuts the recursion, since the next stored step starts a new episode.
+        ``reduce_mean`` (data-parallel training: the mean over ranks) makes the advantage
+        normalisation use the statistics of all ranks' rollouts together (one collective).
         """
         if not self.full:
             raise RuntimeError(f"compute_returns: the rollout holds {self.step} of {self.num_steps} steps")
@@ -227,7 +234,17 @@ class RolloutStorage:
             # Over the whole rollout, once, rather than per minibatch: small minibatches make noisy
             # statistics, and every minibatch then sees the same scale.
             adv = self.advantages
-            self.advantages.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
+            if reduce_mean is None:
+                self.advantages.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
+            else:
+                # The combined rollout's mean and (unbiased) variance from the ranks' mean count,
+                # sum and centred sum of squares; the rank count cancels except in Bessel's n - 1,
+                # where the mean count stands for the total (a relative error below 1/n).
+                n = float(adv.numel())
+                stats = reduce_mean(torch.stack([adv.new_tensor(n), adv.sum(), adv.square().sum()]))
+                mean = stats[1] / stats[0]
+                var = (stats[2] / stats[0] - mean.square()).clamp_min(0.0) * n / max(n - 1.0, 1.0)
+                self.advantages.copy_((adv - mean) / (var.sqrt() + 1e-8))
 
     def mini_batches(
         self, num_epochs: int, num_minibatches: int, generator: torch.Generator | None = None

@@ -41,6 +41,7 @@ from robolearn.algos.ppo.losses import adaptive_learning_rate, gaussian_kl, mask
 from robolearn.data.rollout import ChunkBatch, RolloutBatch, RolloutStorage
 from robolearn.nn import MLP, EmpiricalNormalizer
 from robolearn.nn.distributions import DiagGaussian
+from robolearn.nn.normalizer import update_normalizers
 from robolearn.nn.policy import deployable
 from robolearn.nn.recurrent import HistoryEncoder, Memory, RecurrentPolicy, State, reset_state
 from robolearn.types import Transition
@@ -203,8 +204,14 @@ class PPO:
             )
         with torch.inference_mode():
             if self.cfg.normalize_obs:
-                self.actor_normalizer.update(actor_obs)
-                self.critic_normalizer.update(critic_obs)
+                if self.reduce_mean is not None:
+                    # Data-parallel: both normalisers' batch moments in one collective per step.
+                    update_normalizers(
+                        [(self.actor_normalizer, actor_obs), (self.critic_normalizer, critic_obs)], self.reduce_mean
+                    )
+                else:
+                    self.actor_normalizer.update(actor_obs)
+                    self.critic_normalizer.update(critic_obs)
             actor_in = self.actor_normalizer(actor_obs)
             critic_in = self.critic_normalizer(critic_obs)
             if self.recurrent:
@@ -322,7 +329,8 @@ class PPO:
         last_values = self.evaluate(last_obs)
         with torch.inference_mode():
             self.storage.compute_returns(
-                last_values, self.cfg.gamma, self.cfg.lam, normalize_advantages=self.cfg.normalize_advantages
+                last_values, self.cfg.gamma, self.cfg.lam, normalize_advantages=self.cfg.normalize_advantages,
+                reduce_mean=self.reduce_mean,
             )
 
     # -- learning ----------------------------------------------------------------------------
