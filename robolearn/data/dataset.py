@@ -23,6 +23,13 @@ or re-rendered data) keeps a full ``next_observations[group]`` ``[N, ...]`` inst
 wins. Readers that cannot know the observation after a terminal step (D4RL files without
 ``next_observations``) store a copy of the last observation there; it is never bootstrapped from.
 
+Images. A ``uint8`` observation group of frames ``[N, H, W, C]`` or ``[N, C, H, W]`` is an *image
+group* (the ``image`` group must be one): it stays ``uint8`` (converted to float only inside a
+network), and :attr:`Dataset.image_layouts` records each one's frame shape, dimension order and
+channel letters (:class:`ImageLayout`), which files keep. Frames may live in a file and be read on
+demand (:class:`FrameSource`, ``Dataset.load(..., lazy_images=True)``), so a sampled batch reads only
+its own frames.
+
 Sampling runs on the dataset's device with a caller-owned ``torch.Generator``: uniform
 transitions (:meth:`Dataset.sample`), n-step returns (:meth:`Dataset.sample_nstep`), and windows or
 action chunks that never cross an episode end (:meth:`Dataset.sample_windows`). Monte-Carlo
@@ -37,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from robolearn.data.validation import (
@@ -48,8 +56,195 @@ from robolearn.data.validation import (
     check_groups,
     feature_dim,
 )
-from robolearn.types import POLICY, Batch, Obs
+from robolearn.types import IMAGE, POLICY, Batch, Obs
 from robolearn.utils.version import VERSION
+
+IMAGE_ORDERS: tuple[str, ...] = ("HWC", "CHW")
+"""Dimension orders of an image frame: channels last (cameras, OpenCV, Minari) or first (torch convolutions)."""
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """How an image observation group stores one frame: shape, dtype, dimension order, channel letters."""
+
+    shape: tuple[int, ...]
+    """One frame's shape as stored, ``(H, W, C)`` or ``(C, H, W)``."""
+    order: str = "HWC"
+    """Dimension order, one of :data:`IMAGE_ORDERS`."""
+    channels: str = ""
+    """One letter per channel in storage order (``"RGB"``, ``"BGR"``, ``"L"``, ``"RGBA"``, stacked
+    frames ``"RGBRGB"``), as PIL names modes; ``""`` when the writer did not say."""
+    dtype: str = "uint8"
+    """Element type; image groups are always ``uint8``."""
+
+    def __post_init__(self) -> None:
+        """Reject an unknown order, a shape that is not three positive sizes, or channel letters that
+        do not match the channel count.
+        """
+        object.__setattr__(self, "shape", tuple(int(x) for x in self.shape))
+        if self.order not in IMAGE_ORDERS:
+            raise DatasetError(f"image layout order: expected one of {list(IMAGE_ORDERS)}, got {self.order!r}")
+        if len(self.shape) != 3 or min(self.shape) < 1:
+            raise DatasetError(f"image layout shape: expected 3 positive sizes ({self.order}), got {self.shape}")
+        if self.channels and (len(self.channels) != self.num_channels or not self.channels.isalpha()):
+            raise DatasetError(
+                f"image layout channels: expected {self.num_channels} letters (one per channel, e.g. 'RGB'), "
+                f"got {self.channels!r}"
+            )
+        if self.dtype != "uint8":
+            raise DatasetError(f"image layout dtype: image groups are uint8, got {self.dtype!r}")
+
+    @property
+    def num_channels(self) -> int:
+        """C."""
+        return self.shape[2] if self.order == "HWC" else self.shape[0]
+
+    @property
+    def height(self) -> int:
+        """H."""
+        return self.shape[0] if self.order == "HWC" else self.shape[1]
+
+    @property
+    def width(self) -> int:
+        """W."""
+        return self.shape[1] if self.order == "HWC" else self.shape[2]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (how files store it)."""
+        return {"shape": list(self.shape), "order": self.order, "channels": self.channels, "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ImageLayout:
+        """Inverse of :meth:`to_dict`."""
+        try:
+            return cls(
+                shape=tuple(raw["shape"]),
+                order=str(raw.get("order", "HWC")),
+                channels=str(raw.get("channels", "")),
+                dtype=str(raw.get("dtype", "uint8")),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, DatasetError):
+                raise
+            raise DatasetError(f"image layout: cannot parse {dict(raw)!r} ({e})") from e
+
+    @classmethod
+    def infer(cls, frame_shape: tuple[int, ...], channels: str = "") -> ImageLayout:
+        """Guess the order from a frame shape: the channel axis is the smaller of the first and the
+        last size (``(84, 84, 3)`` -> HWC, ``(9, 84, 84)`` -> CHW); a tie is HWC. Pass a layout
+        explicitly when the guess can be wrong (e.g. ``(4, 4, 4)``).
+        """
+        order = "CHW" if len(frame_shape) == 3 and frame_shape[0] < frame_shape[-1] else "HWC"
+        return cls(tuple(frame_shape), order, channels)
+
+
+class FrameSource:
+    """Image frames ``[N, ...]`` kept outside memory and read on demand (by a file reader).
+
+    The :class:`Dataset` accepts one in place of an image group's tensor and indexes it like one:
+    ``source[idx]`` with an int, a slice or an integer tensor of any shape returns a ``uint8``
+    tensor on :attr:`device`, reading only the frames asked for. :attr:`frames_read` counts the
+    frames read from storage (each distinct index of a request once), so a caller can see what a
+    batch cost. Subclasses implement :meth:`_read` and :meth:`to`.
+    """
+
+    shape: torch.Size
+    """``[N, *frame]``."""
+    dtype: torch.dtype = torch.uint8
+    """Always ``torch.uint8``."""
+    device: torch.device
+    """Device the returned tensors are put on."""
+    frames_read: int
+    """Frames read from storage so far."""
+
+    def __init__(self, shape: tuple[int, ...], device: str | torch.device = "cpu") -> None:
+        """``shape``: ``[N, *frame]`` of the stored frames; ``device``: where reads are returned."""
+        self.shape = torch.Size(shape)
+        self.device = torch.device(device)
+        self.frames_read = 0
+
+    def _read(self, rows: np.ndarray) -> np.ndarray:
+        """The frames at ``rows`` (sorted, unique, in range) as a ``uint8`` array ``[len(rows), *frame]``."""
+        raise NotImplementedError
+
+    def to(self, device: str | torch.device) -> FrameSource:
+        """The same frames, returned on ``device``."""
+        raise NotImplementedError
+
+    def dim(self) -> int:
+        """Number of dims, like ``Tensor.dim``."""
+        return len(self.shape)
+
+    def is_floating_point(self) -> bool:
+        """False: frames are uint8."""
+        return False
+
+    def is_complex(self) -> bool:
+        """False: frames are uint8."""
+        return False
+
+    def __len__(self) -> int:
+        """N."""
+        return int(self.shape[0])
+
+    def __getitem__(self, idx: int | slice | torch.Tensor) -> torch.Tensor:
+        """Frames at ``idx`` (int, slice with step 1 or more, or integer tensor), read from storage."""
+        n = len(self)
+        if isinstance(idx, slice):
+            rows = np.arange(n)[idx]
+            out_shape: tuple[int, ...] = (len(rows),)
+        elif isinstance(idx, (int, np.integer)):
+            rows = np.arange(n)[[int(idx)]]
+            out_shape = ()
+        else:
+            t = torch.as_tensor(idx)
+            if t.dtype == torch.bool or t.is_floating_point():
+                raise TypeError(f"FrameSource: index with integers or a slice, got a {t.dtype} tensor")
+            rows = t.reshape(-1).cpu().numpy().astype(np.int64)
+            out_shape = tuple(t.shape)
+            if rows.size and (rows.min() < -n or rows.max() >= n):
+                raise IndexError(f"FrameSource: index out of range for {n} frames")
+            rows = rows % n if rows.size else rows
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        data = self._read(uniq) if uniq.size else np.empty((0, *self.shape[1:]), np.uint8)
+        self.frames_read += int(uniq.size)
+        frames = torch.from_numpy(np.ascontiguousarray(data[inverse.reshape(-1)]))
+        return frames.reshape(out_shape + tuple(self.shape[1:])).to(self.device)
+
+    def materialize(self) -> torch.Tensor:
+        """Every frame as one tensor on :attr:`device` (reads the whole group)."""
+        return self[:]
+
+    def __repr__(self) -> str:
+        """Shape and device, not data."""
+        return f"{type(self).__name__}(shape={tuple(self.shape)}, device={self.device})"
+
+
+def is_image_group(name: str, t: torch.Tensor | FrameSource) -> bool:
+    """Whether observation group ``name`` holds images: the ``image`` group always, any other group
+    when it is ``uint8`` frames ``[N, a, b, c]``.
+    """
+    return name == IMAGE or (t.dtype == torch.uint8 and t.dim() == 4)
+
+
+def check_image_group(name: str, t: torch.Tensor | FrameSource, layout: ImageLayout | None = None) -> None:
+    """An image group is ``uint8`` frames ``[N, H, W, C]`` or ``[N, C, H, W]`` matching ``layout``
+    (when given); raise :class:`~robolearn.data.DatasetError` naming ``name`` otherwise.
+    """
+    if t.dtype != torch.uint8:
+        raise DatasetError(
+            f"{name}: an image group must be uint8 (images stay uint8 and become float only inside a "
+            f"network), got {t.dtype}; convert with (x * 255).round().clamp(0, 255).to(torch.uint8) if it holds [0, 1] floats"
+        )
+    if t.dim() != 4:
+        raise DatasetError(
+            f"{name}: an image group holds frames [N, H, W, C] or [N, C, H, W], got shape {tuple(t.shape)}"
+        )
+    if layout is not None and tuple(t.shape[1:]) != layout.shape:
+        raise DatasetError(
+            f"{name}: frames of shape {tuple(t.shape[1:])} do not match the declared image layout "
+            f"{layout.shape} ({layout.order})"
+        )
 
 
 @dataclass
@@ -153,11 +348,45 @@ def _file_io(kind: str) -> Callable[..., Any]:
         ) from None
 
 
-def _groups(name: str, value: Any) -> dict[str, torch.Tensor]:
-    # A bare array is the policy group: what D4RL and Box-space Minari datasets hold.
+def _groups(name: str, value: Any) -> dict[str, Any]:
+    # A bare array is the policy group: what D4RL and Box-space Minari datasets hold. A FrameSource
+    # passes as it is, so validating it reads no frame.
+    def conv(key: str, v: Any) -> Any:
+        return v if isinstance(v, FrameSource) else as_tensor(key, v)
+
     if isinstance(value, Mapping):
-        return {str(k): as_tensor(f"{name}/{k}", v) for k, v in value.items()}
-    return {POLICY: as_tensor(f"{name}/{POLICY}", value)}
+        return {str(k): conv(f"{name}/{k}", v) for k, v in value.items()}
+    return {POLICY: conv(f"{name}/{POLICY}", value)}
+
+
+def _layouts(
+    obs: Mapping[str, Any], given: Mapping[str, str | ImageLayout | Mapping[str, Any]] | None
+) -> dict[str, ImageLayout]:
+    """The layout of every image group: as declared in ``given`` (an order string, a layout or its
+    dict form) or inferred; a declared group that is not uint8 frames raises.
+    """
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(obs))
+    if unknown:
+        raise DatasetError(f"image_layouts: groups {unknown} are not observation groups {sorted(obs)}")
+    out: dict[str, ImageLayout] = {}
+    for k, v in obs.items():
+        if k not in given and not is_image_group(k, v):
+            continue
+        decl = given.get(k)
+        check_image_group(f"observations/{k}", v)
+        frame = tuple(int(x) for x in v.shape[1:])
+        if decl is None:
+            layout = ImageLayout.infer(frame)
+        elif isinstance(decl, ImageLayout):
+            layout = decl
+        elif isinstance(decl, str):
+            layout = ImageLayout(frame, decl)
+        else:
+            layout = ImageLayout.from_dict(decl)
+        check_image_group(f"observations/{k}", v, layout)
+        out[k] = layout
+    return out
 
 
 def _to_float32(name: str, t: torch.Tensor, kind: str) -> torch.Tensor:
@@ -174,7 +403,9 @@ class Dataset:
     validates shapes, lengths, dtypes, finiteness and episode structure and raises
     :class:`~robolearn.data.DatasetError` naming the field and index. Floating observations,
     actions and rewards are stored as float32; uint8 observations (images) stay uint8; ``infos``
-    keep their dtype. Treat a dataset as immutable: derived indices are cached.
+    keep their dtype. Image groups (see the module docstring) must be uint8 ``[N, H, W, C]`` or
+    ``[N, C, H, W]``; an image group's ``observations`` may be a :class:`FrameSource` (frames read on
+    demand) instead of a tensor. Treat a dataset as immutable: derived indices are cached.
     """
 
     observations: dict[str, torch.Tensor]
@@ -199,6 +430,8 @@ class Dataset:
     """First transition of each episode, ``[E]`` int64."""
     episode_lengths: torch.Tensor
     """Transitions per episode, ``[E]`` int64."""
+    image_layouts: dict[str, ImageLayout]
+    """Frame shape, order and channel letters of each image group (empty without images)."""
 
     def __init__(
         self,
@@ -212,8 +445,12 @@ class Dataset:
         next_observations: Mapping[str, Any] | Any | None = None,
         infos: Mapping[str, Any] | None = None,
         metadata: DatasetMetadata | None = None,
+        image_layouts: Mapping[str, str | ImageLayout | Mapping[str, Any]] | None = None,
     ) -> None:
         """Validate and store; a bare observation array is the ``policy`` group.
+
+        ``image_layouts`` declares image groups' layouts (group -> ``"HWC"``/``"CHW"``, an
+        :class:`ImageLayout` or its dict form); undeclared image groups get :meth:`ImageLayout.infer`.
 
         ``final_observations`` may be omitted only when ``next_observations`` is given (it is then
         read off at each episode's last step). Every tensor is moved to the device of ``rewards``.
@@ -234,6 +471,7 @@ class Dataset:
         check_groups("observations", obs)
         for k, v in obs.items():
             check_array(f"observations/{k}", v, rows=n, kind="obs", min_ndim=2)
+        layouts = _layouts(obs, image_layouts)
         act = _to_float32("actions", as_tensor("actions", actions), "float").to(dev)
         check_array("actions", act, rows=n, kind="float", ndim=2)
         term = as_flags("terminals", terminals).to(dev)
@@ -292,6 +530,7 @@ class Dataset:
         self.metadata = metadata if metadata is not None else DatasetMetadata()
         self.episode_starts = starts
         self.episode_lengths = ends - starts + 1
+        self.image_layouts = layouts
         self._cache: dict[str, Any] = {}
 
     @staticmethod
@@ -314,7 +553,10 @@ class Dataset:
 
     @classmethod
     def from_episodes(
-        cls, episodes: Iterable[Mapping[str, Any]], metadata: DatasetMetadata | None = None
+        cls,
+        episodes: Iterable[Mapping[str, Any]],
+        metadata: DatasetMetadata | None = None,
+        image_layouts: Mapping[str, str | ImageLayout | Mapping[str, Any]] | None = None,
     ) -> Dataset:
         """Build a dataset from per-episode arrays, as a collector or the Minari reader has them.
 
@@ -398,6 +640,7 @@ class Dataset:
             final_observations={k: cat(f"final_observations/{k}", v) for k, v in fin_parts.items()},
             infos={k: cat(f"infos/{k}", v) for k, v in info_parts.items()},
             metadata=metadata,
+            image_layouts=image_layouts,
         )
 
     def save(
@@ -415,9 +658,11 @@ class Dataset:
         expect_obs_dim: int | Mapping[str, int] | None = None,
         expect_action_dim: int | None = None,
         task_id: str | None = None,
+        lazy_images: bool = False,
     ) -> Dataset:
         """Read a robolearn HDF5 file onto ``device``, validated against what the caller expects
-        (see :func:`robolearn.data.formats.read_robolearn`).
+        (see :func:`robolearn.data.formats.read_robolearn`). ``lazy_images=True`` leaves image
+        groups' frames in the file, read per batch (:class:`FrameSource`).
         """
         return _file_io("read")(
             path,
@@ -425,6 +670,7 @@ class Dataset:
             expect_obs_dim=expect_obs_dim,
             expect_action_dim=expect_action_dim,
             task_id=task_id,
+            lazy_images=lazy_images,
         )
 
     def check(
@@ -466,6 +712,7 @@ class Dataset:
         for name in ("actions", "rewards", "terminals", "timeouts", "episode_starts", "episode_lengths"):
             setattr(out, name, getattr(self, name).to(device))
         out.metadata = self.metadata
+        out.image_layouts = dict(self.image_layouts)
         out._cache = {}
         return out
 

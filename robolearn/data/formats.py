@@ -10,22 +10,32 @@ robolearn file, format version 1 (chunked and compressed through h5py)::
     /episode_lengths [E] int64  (redundant with the flags; checked against them on read)
     /infos/<name>[/<name>...]   [N, ...]
 
+Image groups (uint8 frames ``[N, H, W, C]`` or ``[N, C, H, W]``, see :class:`~robolearn.data.dataset.ImageLayout`)
+are stored in chunks of :data:`IMAGE_CHUNK_FRAMES` whole frames, compressed with the file's filter, and
+carry their layout as attributes of the array: ``image_layout`` (JSON of
+:meth:`ImageLayout.to_dict`: frame shape, order ``HWC``/``CHW``, channel letters, dtype). Older
+readers ignore the attributes, so the format version stays 1. Reading is bit-exact; with
+``lazy_images=True`` the frames stay in the file and a batch reads (and decompresses) only the
+chunks holding its frames (:class:`HDF5Frames`).
+
 Writes are atomic: the file is built under a staging name in the target's directory
 (:mod:`robolearn.data.staging`), flushed to disk, then moved over the target with ``os.replace``,
 so a crash or an exception midway leaves the target as it was (absent, or the previous file). An
 exception removes the staging file at once; one left by a killed writer is removed by the next
 write of the same target. New files get the user's usual permissions (``0o666`` minus the umask).
 
-D4RL files (``observations``, ``actions``, ``rewards``, ``terminals``, ``timeouts``, optional
+D4RL files hold flat float vectors; images are not part of that format, and :func:`read_d4rl` refuses
+a file whose observations are uint8 frames. D4RL files (``observations``, ``actions``, ``rewards``, ``terminals``, ``timeouts``, optional
 ``next_observations``, ``infos/...``, ``metadata/...``): see :func:`read_d4rl` for how episode ends
 and unknown next observations are handled.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +43,15 @@ import h5py
 import numpy as np
 import torch
 
-from robolearn.data.dataset import Dataset, DatasetMetadata, register_file_io
+from robolearn.data.dataset import (
+    Dataset,
+    DatasetMetadata,
+    FrameSource,
+    ImageLayout,
+    check_image_group,
+    is_image_group,
+    register_file_io,
+)
 from robolearn.data.staging import staging_path, sweep_stale
 from robolearn.data.validation import DatasetError, as_flags, as_tensor, check_finite
 
@@ -49,20 +67,78 @@ _CHUNK_BYTES = 1 << 20
 """Target chunk size: about 1 MiB keeps gzip fast and a partial read cheap."""
 
 
+IMAGE_CHUNK_FRAMES = 1
+"""Frames per chunk of an image group. One: a random batch decompresses exactly its own frames, and
+gzip's 32 KiB window gains almost nothing across frames (measured in /work/bench/vision_data.md:
+84x84x3 rendered-like frames, gzip 4, 1 vs 4 vs 16 frames per chunk)."""
+
+_IMAGE_ATTR = "image_layout"
+
+
 def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
     return (max(1, min(shape[0], _CHUNK_BYTES // row)), *shape[1:])
 
 
+def _filter_opts(compression: str | None, level: int | None, shuffle: bool) -> dict[str, Any]:
+    if compression is None:
+        return {}
+    opts: dict[str, Any] = {"compression": compression}
+    if shuffle:
+        opts["shuffle"] = True
+    if compression == "gzip" and level is not None:
+        opts["compression_opts"] = int(level)
+    return opts
+
+
 def _put(f: h5py.Group, name: str, t: torch.Tensor, compression: str | None, level: int | None) -> None:
     arr = t.detach().cpu().numpy()
-    opts: dict[str, Any] = {}
-    if compression is not None and arr.size:
-        # Byte shuffle groups the exponent bytes of floats together, which roughly doubles gzip's gain.
-        opts = {"compression": compression, "shuffle": True}
-        if compression == "gzip" and level is not None:
-            opts["compression_opts"] = int(level)
+    # Byte shuffle groups the exponent bytes of floats together, which roughly doubles gzip's gain.
+    opts = _filter_opts(compression, level, shuffle=True) if arr.size else {}
     f.create_dataset(name, data=arr, chunks=_chunks(arr.shape, arr.itemsize) if arr.size else None, **opts)
+
+
+def _put_frames(
+    f: h5py.Group,
+    name: str,
+    frames: torch.Tensor | FrameSource,
+    layout: ImageLayout,
+    compression: str | None,
+    level: int | None,
+) -> None:
+    """An image group: chunks of whole frames, no shuffle (one-byte elements have nothing to shuffle),
+    the layout as an attribute; a :class:`FrameSource` is copied a block at a time, never whole.
+    """
+    n = int(frames.shape[0])
+    chunk = (min(IMAGE_CHUNK_FRAMES, n), *layout.shape)
+    ds = f.create_dataset(
+        name, shape=(n, *layout.shape), dtype=np.uint8, chunks=chunk, **_filter_opts(compression, level, False)
+    )
+    block = 256
+    for lo in range(0, n, block):
+        part = frames[lo : lo + block]
+        ds[lo : lo + part.shape[0]] = part.detach().cpu().numpy()
+    ds.attrs[_IMAGE_ATTR] = json.dumps(layout.to_dict(), sort_keys=True)
+
+
+def _check_images(dataset: Dataset) -> None:
+    """Image groups as the writer is about to store them, checked before a file exists (a dataset's
+    tensors can be replaced after it was validated).
+    """
+    for key, groups in (
+        ("observations", dataset.observations),
+        ("final_observations", dataset.final_observations),
+        ("next_observations", dataset.next_observations),
+    ):
+        for k, v in (groups or {}).items():
+            layout = dataset.image_layouts.get(k)
+            if layout is None and is_image_group(k, v):
+                raise DatasetError(
+                    f"{key}/{k}: holds {v.dtype} frames of shape {tuple(v.shape)} but the dataset records no "
+                    f"image layout for group {k!r} (its arrays changed after construction); rebuild the Dataset"
+                )
+            if layout is not None:
+                check_image_group(f"{key}/{k}", v, layout)
 
 
 def _check_compression(compression: str | None, level: int | None) -> None:
@@ -88,6 +164,7 @@ def write_robolearn(
     (:mod:`robolearn.data.staging`).
     """
     _check_compression(compression, compression_level)
+    _check_images(dataset)
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path}: is a directory; a dataset is written to a file path")
@@ -107,7 +184,11 @@ def write_robolearn(
                 ("next_observations", dataset.next_observations),
             ):
                 for k, v in (group or {}).items():
-                    _put(f, f"{key}/{k}", v, compression, compression_level)
+                    layout = dataset.image_layouts.get(k)
+                    if layout is not None:
+                        _put_frames(f, f"{key}/{k}", v, layout, compression, compression_level)
+                    else:
+                        _put(f, f"{key}/{k}", v, compression, compression_level)
             for key in ("actions", "rewards", "terminals", "timeouts", "episode_lengths"):
                 _put(f, key, getattr(dataset, key), compression, compression_level)
             for k, v in dataset.infos.items():
@@ -133,21 +214,90 @@ def _read(f: h5py.Group, name: str, where: str, required: bool = True) -> np.nda
     return node[()]
 
 
-def _read_tree(f: h5py.Group, name: str, where: str) -> dict[str, np.ndarray]:
-    """Every array under group ``name`` keyed by its path below it (``infos/qpos`` -> ``qpos``)."""
+def _read_tree(f: h5py.Group, name: str, where: str, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Every array under group ``name`` keyed by its path below it (``infos/qpos`` -> ``qpos``),
+    except the keys in ``skip`` (left in the file).
+    """
     if name not in f:
         return {}
     node = f[name]
     if isinstance(node, h5py.Dataset):
         raise DatasetError(f"{name}: expected a group of arrays in {where}, found one array")
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Any] = {}
 
     def visit(key: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Dataset):
+        if isinstance(obj, h5py.Dataset) and key not in skip:
             out[key] = obj[()]
 
     node.visititems(visit)
     return out
+
+
+def _layout_of(node: h5py.Dataset, name: str, where: str) -> ImageLayout | None:
+    raw = node.attrs.get(_IMAGE_ATTR)
+    if raw is None:
+        return None
+    try:
+        return ImageLayout.from_dict(json.loads(raw))
+    except (json.JSONDecodeError, DatasetError) as e:
+        raise DatasetError(f"{name}: unreadable {_IMAGE_ATTR} attribute in {where} ({e})") from e
+
+
+class HDF5Frames(FrameSource):
+    """Image frames of one array in a robolearn dataset file, read on demand.
+
+    A request reads each chunk holding an asked-for frame once (a slice per chunk; h5py's list
+    indexing costs milliseconds per frame), so a batch costs its own frames and never the whole
+    group. The file is opened at the first read and again in a forked child (a data-loader worker),
+    whose inherited handle must not be shared; :meth:`close` releases it.
+    """
+
+    def __init__(self, path: str | Path, name: str, shape: tuple[int, ...], chunk_frames: int,
+                 device: str | torch.device = "cpu") -> None:
+        """``name``: the array's path in the file; ``chunk_frames``: frames per stored chunk."""
+        super().__init__(shape, device)
+        self.path = Path(path)
+        self.name = name
+        self.chunk_frames = max(1, int(chunk_frames))
+        self._file: h5py.File | None = None
+        self._pid = -1
+
+    def _array(self) -> h5py.Dataset:
+        if self._file is None or self._pid != os.getpid():
+            self._file = h5py.File(self.path, "r")
+            self._pid = os.getpid()
+        return self._file[self.name]
+
+    def _read(self, rows: np.ndarray) -> np.ndarray:
+        """The frames at sorted unique ``rows``: one slice read per chunk touched."""
+        ds = self._array()
+        out = np.empty((len(rows), *self.shape[1:]), np.uint8)
+        k, n = self.chunk_frames, len(self)
+        chunk_ids = rows // k
+        starts = np.flatnonzero(np.r_[True, chunk_ids[1:] != chunk_ids[:-1]])
+        for a, b in zip(starts, np.r_[starts[1:], len(rows)], strict=True):
+            lo = int(chunk_ids[a]) * k
+            block = ds[lo : min(lo + k, n)]
+            out[a:b] = block[rows[a:b] - lo]
+        return out
+
+    def to(self, device: str | torch.device) -> HDF5Frames:
+        """The same frames returned on ``device`` (a new handle; this one stays usable)."""
+        if torch.device(device) == self.device:
+            return self
+        return HDF5Frames(self.path, self.name, tuple(self.shape), self.chunk_frames, device)
+
+    def close(self) -> None:
+        """Close the file handle (the next read reopens it)."""
+        if self._file is not None and self._pid == os.getpid():
+            self._file.close()
+        self._file = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the open handle (a worker process opens its own)."""
+        state = dict(self.__dict__)
+        state["_file"], state["_pid"] = None, -1
+        return state
 
 
 def _open(path: str | Path) -> h5py.File:
@@ -176,6 +326,8 @@ class DatasetFileInfo:
     """Number of episodes E."""
     format_version: int
     """Layout version of the file."""
+    image_layouts: dict[str, ImageLayout] = field(default_factory=dict)
+    """Layout of each image observation group (empty without images)."""
 
 
 def _what_it_holds(path: Path) -> str:
@@ -216,9 +368,23 @@ def inspect_robolearn(path: str | Path) -> DatasetFileInfo:
             if not isinstance(rewards, h5py.Dataset) or not isinstance(lengths, h5py.Dataset):
                 raise DatasetError(f"{path}: a robolearn dataset file without its rewards/episode_lengths arrays")
             sizes = int(rewards.shape[0]) if rewards.shape else 0, int(lengths.shape[0]) if lengths.shape else 0
+            layouts = _image_layouts(f, str(path))
     if not ok:
         raise DatasetError(f"{path} is not a robolearn dataset: it is {_what_it_holds(path)}")
-    return DatasetFileInfo(path, metadata, sizes[0], sizes[1], int(version))
+    return DatasetFileInfo(path, metadata, sizes[0], sizes[1], int(version), layouts)
+
+
+def _image_layouts(f: h5py.File, where: str) -> dict[str, ImageLayout]:
+    obs = f.get("observations")
+    if not isinstance(obs, h5py.Group):
+        return {}
+    out = {}
+    for k, node in obs.items():
+        if isinstance(node, h5py.Dataset):
+            layout = _layout_of(node, f"observations/{k}", where)
+            if layout is not None:
+                out[k] = layout
+    return out
 
 
 def read_robolearn(
@@ -228,8 +394,14 @@ def read_robolearn(
     expect_obs_dim: int | Mapping[str, int] | None = None,
     expect_action_dim: int | None = None,
     task_id: str | None = None,
+    lazy_images: bool = False,
 ) -> Dataset:
-    """Read a robolearn dataset file, validate it on the CPU, then move it to ``device``."""
+    """Read a robolearn dataset file, validate it on the CPU, then move it to ``device``.
+
+    ``lazy_images=True``: image groups' ``observations`` (and ``next_observations``) stay in the
+    file as :class:`HDF5Frames`, read per request; every other array, and the ``[E]`` final
+    frames, are loaded. The file must then stay in place while the dataset is used.
+    """
     where = str(path)
     with _open(path) as f:
         fmt = f.attrs.get("format")
@@ -244,13 +416,21 @@ def read_robolearn(
                 f"format_version: {where} has version {int(version)}, this robolearn reads <= {FORMAT_VERSION}; upgrade robolearn"
             )
         metadata = DatasetMetadata.from_json(str(f.attrs.get("metadata", "{}")))
-        obs = _read_tree(f, "observations", where)
+        layouts = _image_layouts(f, where)
+        lazy = set(layouts) if lazy_images else set()
+        obs: dict[str, Any] = _read_tree(f, "observations", where, skip=lazy)
         if not obs:
             raise DatasetError(f"observations: missing from {where}")
         fin = _read_tree(f, "final_observations", where)
         if not fin:
             raise DatasetError(f"final_observations: missing from {where}")
-        nxt = _read_tree(f, "next_observations", where) or None
+        nxt: dict[str, Any] | None = _read_tree(f, "next_observations", where, skip=lazy) or None
+        for key, tree in (("observations", obs), ("next_observations", nxt)):
+            for k in lazy:
+                node = f.get(f"{key}/{k}")
+                if tree is not None and isinstance(node, h5py.Dataset):
+                    chunks = node.chunks[0] if node.chunks else int(node.shape[0])
+                    tree[k] = HDF5Frames(Path(path), f"{key}/{k}", tuple(node.shape), chunks)
         fields = {
             k: _read(f, k, where) for k in ("actions", "rewards", "terminals", "timeouts", "episode_lengths")
         }
@@ -265,6 +445,7 @@ def read_robolearn(
         next_observations=nxt,
         infos=infos,
         metadata=metadata,
+        image_layouts=layouts,
     )
     stored = np.asarray(fields["episode_lengths"]).reshape(-1)
     derived = dataset.episode_lengths.numpy()
@@ -345,6 +526,13 @@ def read_d4rl(
 
             f["metadata"].visititems(visit)
 
+    for name, arr in (("observations", raw["observations"]), ("next_observations", raw_next)):
+        if arr is not None and arr.dtype == np.uint8 and arr.ndim >= 3:
+            raise DatasetError(
+                f"{name}: {where} holds uint8 frames of shape {arr.shape}; images are not part of the D4RL "
+                "format (flat float observation vectors), so robolearn does not read them as D4RL. Store "
+                "image datasets as robolearn files (Dataset.save / Dataset.load) or Minari (export_minari)"
+            )
     rewards = np.asarray(raw["rewards"])
     if rewards.ndim == 2 and rewards.shape[1] == 1:  # some converters write [N, 1]
         rewards = rewards[:, 0]

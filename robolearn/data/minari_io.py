@@ -14,7 +14,12 @@ with ``observations[t]``; length-T infos are taken as they are.
 
 Export writes Minari's HDF5 storage with ``jpeg_encoding=False`` (lossless), our metadata as JSON
 under the ``robolearn_metadata`` key (so :func:`read_minari` restores it exactly) and the reference
-returns as Minari's ``ref_min_score`` / ``ref_max_score``. The dataset directory is built under a
+returns as Minari's ``ref_min_score`` / ``ref_max_score``. Image groups (uint8 frames) become
+uint8 ``Box(0, 255, frame_shape)`` spaces, which Minari's format allows; they are written raw
+(``jpeg_encoding=False``, so the round trip is bit-exact, in either dimension order) and their
+:class:`~robolearn.data.dataset.ImageLayout` goes under the ``robolearn_image_layouts`` key. Minari
+stores ``T + 1`` frames per episode in one array, so frames read on demand
+(:class:`~robolearn.data.dataset.FrameSource`) are read one episode at a time while exporting. The dataset directory is built under a
 staging name beside its target (:mod:`robolearn.data.staging`) and renamed into place, so a failed
 export leaves no dataset directory, complete or partial (only the namespace folders it created,
 empty); one left by a killed export is removed by the next export of the same id.
@@ -22,6 +27,7 @@ empty); one left by a killed export is removed by the next export of the same id
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator, Mapping
@@ -32,12 +38,13 @@ import h5py
 import numpy as np
 import torch
 
-from robolearn.data.dataset import Dataset, DatasetMetadata
+from robolearn.data.dataset import Dataset, DatasetMetadata, ImageLayout
 from robolearn.data.staging import staging_path, sweep_stale
 from robolearn.data.validation import DatasetError
 from robolearn.types import OBS_GROUPS
 
 _META_KEY = "robolearn_metadata"
+_LAYOUT_KEY = "robolearn_image_layouts"
 
 _MINARI_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError)
 """What Minari raises on a damaged dataset directory (it does not wrap h5py's, json's or its own)."""
@@ -172,7 +179,13 @@ def read_minari(
                 }
             },
         )
-    dataset = Dataset.from_episodes(episodes(), metadata=metadata)
+    layouts: dict[str, Any] | None = None
+    if _LAYOUT_KEY in raw_meta:
+        try:
+            layouts = {mapping.get(k, k): ImageLayout.from_dict(v) for k, v in json.loads(str(raw_meta[_LAYOUT_KEY])).items()}
+        except (json.JSONDecodeError, AttributeError) as e:
+            raise DatasetError(f"{dataset_id}: unreadable {_LAYOUT_KEY} in its metadata ({e})") from e
+    dataset = Dataset.from_episodes(episodes(), metadata=metadata, image_layouts=layouts)
     dataset.check(expect_obs_dim=expect_obs_dim, expect_action_dim=expect_action_dim, task_id=task_id)
     if task_id and not dataset.metadata.task_id:
         dataset.metadata.task_id = task_id
@@ -263,6 +276,10 @@ def export_minari(
         "description": description
         or f"Exported by robolearn {meta.robolearn_version} from task {meta.task_id!r}.",
     }
+    if cpu.image_layouts:
+        minari_meta[_LAYOUT_KEY] = json.dumps(
+            {k: v.to_dict() for k, v in cpu.image_layouts.items()}, sort_keys=True
+        )
     if meta.ref_random_return is not None and meta.ref_expert_return is not None:
         minari_meta["ref_min_score"] = float(meta.ref_random_return)
         minari_meta["ref_max_score"] = float(meta.ref_expert_return)
