@@ -81,6 +81,24 @@ def test_robolearn_round_trip_is_bit_exact_chunked_and_compressed(tmp_path, orde
     assert [p.name for p in tmp_path.iterdir()] == ["img.h5"]  # no staging file left
 
 
+def test_image_chunk_frames_option(tmp_path):
+    ds = image_dataset()
+    path = ds.save(tmp_path / "img.h5", compression="gzip", compression_level=6, image_chunk_frames=16)
+    with h5py.File(path, "r") as f:
+        assert f["observations/image"].chunks == (16, SIDE, SIDE, 3)
+        assert f["final_observations/image"].chunks == (
+            EPISODES,
+            SIDE,
+            SIDE,
+            3,
+        )  # never more rows than stored
+    lazy = Dataset.load(path, lazy_images=True)
+    idx = torch.tensor([17, 40, 3, 59])
+    assert torch.equal(lazy.observations["image"][idx], ds.observations["image"][idx])
+    with pytest.raises(DatasetError, match=r"image_chunk_frames: expected an integer >= 1, got 0"):
+        ds.save(tmp_path / "other.h5", image_chunk_frames=0)
+
+
 def test_layouts_are_inferred_or_declared():
     assert image_dataset("HWC").image_layouts == {"image": ImageLayout((SIDE, SIDE, 3), "HWC")}
     assert image_dataset("CHW").image_layouts == {"image": ImageLayout((3, SIDE, SIDE), "CHW")}

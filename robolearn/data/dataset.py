@@ -319,7 +319,7 @@ class WindowBatch:
 DatasetReader = Callable[..., "Dataset"]
 """Reads a robolearn dataset file: ``(path, *, device, expect_obs_dim, expect_action_dim, task_id)``."""
 DatasetWriter = Callable[..., Path]
-"""Writes a dataset to a robolearn file: ``(dataset, path, *, compression, compression_level)``."""
+"""Writes a dataset to a robolearn file: ``(dataset, path, *, compression, compression_level, image_chunk_frames)``."""
 
 _FILE_IO: dict[str, Callable[..., Any]] = {}
 """The reader and writer behind :meth:`Dataset.load` / :meth:`Dataset.save`.
@@ -644,10 +644,21 @@ class Dataset:
         )
 
     def save(
-        self, path: str | Path, *, compression: str | None = "gzip", compression_level: int | None = 4
+        self,
+        path: str | Path,
+        *,
+        compression: str | None = "gzip",
+        compression_level: int | None = 4,
+        image_chunk_frames: int | None = None,
     ) -> Path:
         """Write a robolearn HDF5 file atomically (see :func:`robolearn.data.formats.write_robolearn`)."""
-        return _file_io("write")(self, path, compression=compression, compression_level=compression_level)
+        return _file_io("write")(
+            self,
+            path,
+            compression=compression,
+            compression_level=compression_level,
+            image_chunk_frames=image_chunk_frames,
+        )
 
     @classmethod
     def load(
