@@ -179,6 +179,12 @@ def test_frame_source_indexing_and_pickling(tmp_path):
     assert torch.equal(clone[torch.tensor([1, 2])], full[1:3])
     src.close()
     clone.close()
+    path.unlink()
+    with pytest.raises(
+        DatasetError,
+        match=r"observations/image: frames are read on demand from .*img.h5, which cannot be opened",
+    ):
+        src[0]
 
 
 @pytest.mark.parametrize("order", ["HWC", "CHW"])

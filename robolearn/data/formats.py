@@ -276,9 +276,20 @@ class HDF5Frames(FrameSource):
 
     def _array(self) -> h5py.Dataset:
         if self._file is None or self._pid != os.getpid():
-            self._file = h5py.File(self.path, "r")
+            try:
+                self._file = h5py.File(self.path, "r")
+            except OSError as e:  # moved, deleted or replaced since the dataset was loaded
+                raise DatasetError(
+                    f"{self.name}: frames are read on demand from {self.path}, which cannot be opened any "
+                    f"more ({e}); keep the file in place while a lazily loaded dataset is used"
+                ) from e
             self._pid = os.getpid()
-        return self._file[self.name]
+        node = self._file.get(self.name)
+        if not isinstance(node, h5py.Dataset) or tuple(node.shape) != tuple(self.shape):
+            raise DatasetError(
+                f"{self.name}: {self.path} no longer holds the {tuple(self.shape)} frames it was loaded with"
+            )
+        return node
 
     def _read(self, rows: np.ndarray) -> np.ndarray:
         """The frames at sorted unique ``rows``: one slice read per chunk touched."""
