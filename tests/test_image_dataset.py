@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 
+import gymnasium
 import h5py
 import numpy as np
 import pytest
@@ -206,6 +207,39 @@ def test_minari_round_trip_of_images(tmp_path, monkeypatch, order):
     assert torch.equal(back.observations["image"], ds.observations["image"])
     assert torch.equal(back.final_observations["image"], ds.final_observations["image"])
     assert back.image_layouts == ds.image_layouts
+
+
+def test_minari_made_jpeg_images_are_flagged_lossy(tmp_path, monkeypatch):
+    minari = pytest.importorskip("minari")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    # Smooth frames, as JPEG is meant for; Minari's default encoding is JPEG (lossy).
+    ramp = np.linspace(0, 255, SIDE, dtype=np.float32)
+    smooth = np.stack([np.broadcast_to(ramp, (SIDE, SIDE))] * 3, -1)
+    obs = np.stack([np.roll(smooth, t, axis=1) for t in range(5)]).astype(np.uint8)
+    buf = EpisodeBuffer(
+        id=0,
+        observations=obs,
+        actions=np.zeros((4, 1), np.float32),
+        rewards=np.zeros(4),
+        terminations=np.array([False, False, False, True]),
+        truncations=np.zeros(4, bool),
+    )
+    space = gymnasium.spaces.Box(0, 255, (SIDE, SIDE, 3), np.uint8)
+    act_space = gymnasium.spaces.Box(-1, 1, (1,), np.float32)
+    with pytest.warns(UserWarning):  # no env spec given
+        minari.create_dataset_from_buffers(
+            "test/pixels/jpeg-v0", [buf], observation_space=space, action_space=act_space, algorithm_name="x"
+        )
+    ds = read_minari("test/pixels/jpeg-v0")
+    assert ds.metadata.extra["minari"]["jpeg_encoding"] is True
+    assert ds.image_layouts == {
+        "policy": ImageLayout((SIDE, SIDE, 3), "HWC")
+    }  # a Box space is the policy group
+    got = ds.observations["policy"]
+    assert got.dtype == torch.uint8 and got.shape == (4, SIDE, SIDE, 3)
+    assert np.abs(got.numpy().astype(int) - obs[:4].astype(int)).mean() < 8  # close, not necessarily equal
 
 
 def test_bad_image_groups_are_named():

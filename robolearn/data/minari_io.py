@@ -16,7 +16,9 @@ Export writes Minari's HDF5 storage with ``jpeg_encoding=False`` (lossless), our
 under the ``robolearn_metadata`` key (so :func:`read_minari` restores it exactly) and the reference
 returns as Minari's ``ref_min_score`` / ``ref_max_score``. Image groups (uint8 frames) become
 uint8 ``Box(0, 255, frame_shape)`` spaces, which Minari's format allows; they are written raw
-(``jpeg_encoding=False``, so the round trip is bit-exact, in either dimension order) and their
+(``jpeg_encoding=False``, so the round trip is bit-exact, in either dimension order; Minari's own
+collector JPEG-encodes images by default, which is lossy: :func:`read_minari` then sets
+``metadata.extra["minari"]["jpeg_encoding"] = True``) and their
 :class:`~robolearn.data.dataset.ImageLayout` goes under the ``robolearn_image_layouts`` key. Minari
 stores ``T + 1`` frames per episode in one array, so frames read on demand
 (:class:`~robolearn.data.dataset.FrameSource`) are read one episode at a time while exporting. The dataset directory is built under a
@@ -186,6 +188,10 @@ def read_minari(
         except (json.JSONDecodeError, AttributeError) as e:
             raise DatasetError(f"{dataset_id}: unreadable {_LAYOUT_KEY} in its metadata ({e})") from e
     dataset = Dataset.from_episodes(episodes(), metadata=metadata, image_layouts=layouts)
+    if dataset.image_layouts and raw_meta.get("jpeg_encoding") and _META_KEY not in raw_meta:
+        # Minari's collector JPEG-encodes image spaces by default: the frames read are close to what
+        # was observed, not equal to it, and whoever trains on them should be able to see that.
+        dataset.metadata.extra.setdefault("minari", {})["jpeg_encoding"] = True
     dataset.check(expect_obs_dim=expect_obs_dim, expect_action_dim=expect_action_dim, task_id=task_id)
     if task_id and not dataset.metadata.task_id:
         dataset.metadata.task_id = task_id
