@@ -44,6 +44,9 @@ GL_PACKAGES: dict[str, str] = {
 """Debian/Ubuntu packages each headless OpenGL backend needs (Mesa's software rasteriser included;
 with an NVIDIA driver, its own ``libEGL_nvidia`` replaces ``libegl-mesa0``/``libgl1-mesa-dri``)."""
 
+RENDER_MODES: tuple[str, ...] = ("rgb", "depth", "segmentation")
+"""What :meth:`BatchRenderer.render` can read back: colour, metric depth, object ids."""
+
 _HEADLESS_ORDER: tuple[str, ...] = ("egl", "osmesa")
 _PROBE_TIMEOUT_S = 60.0
 _ALL_CATEGORIES = int(mujoco.mjtCatBit.mjCAT_ALL)
@@ -298,7 +301,9 @@ class BatchRenderer:
             cam.fixedcamid = cam_id
         return cam
 
-    def render(self, sim: SimBackend, world_ids: Sequence[int], camera: str | int = -1) -> np.ndarray:
+    def render(
+        self, sim: SimBackend, world_ids: Sequence[int], camera: str | int = -1, mode: str = "rgb"
+    ) -> np.ndarray:
         """Render worlds ``world_ids`` of ``sim`` from ``camera``.
 
         Args:
@@ -306,16 +311,23 @@ class BatchRenderer:
                 or have the same structure).
             world_ids: indices of the worlds to draw, in the order of the output.
             camera: a camera name, a camera index, or ``-1`` for the free camera.
+            mode: ``"rgb"`` (colour), ``"depth"`` (distance along the optical axis in metres,
+                between the model's near and far clipping planes) or ``"segmentation"`` (per pixel
+                the drawn object's id and ``mjtObj`` type, ``-1`` for the background).
 
         Returns:
-            uint8 array ``[len(world_ids), height, width, 3]``.
+            ``rgb``: uint8 ``[len(world_ids), height, width, 3]``; ``depth``: float32
+            ``[len(world_ids), height, width]``; ``segmentation``: int32 ``[len(world_ids), height,
+            width, 2]``. Row 0 is the top of the image.
 
         Raises:
             RuntimeError: called after :meth:`close`.
-            ValueError: a world index or the camera is invalid.
+            ValueError: a world index, the camera or the mode is invalid.
         """
         if self._renderer is None:
             raise RuntimeError("BatchRenderer.render: the renderer was closed")
+        if mode not in RENDER_MODES:
+            raise ValueError(f"mode: expected one of {', '.join(RENDER_MODES)}, got {mode!r}")
         ids = [int(i) for i in world_ids]
         bad = [i for i in ids if not 0 <= i < sim.num_worlds]
         if bad:
@@ -332,13 +344,32 @@ class BatchRenderer:
                              "build the BatchRenderer from sim.model")
         cam = self._camera(camera)
         width, height = self.size
-        frames = np.empty((len(ids), height, width, 3), dtype=np.uint8)
-        scene = self._renderer.scene
-        for k, world in enumerate(ids):
-            world_model = sim.get_model(world)
-            data = sim.get_data(world)
-            mujoco.mjv_updateScene(world_model, data, self.option, None, cam, _ALL_CATEGORIES, scene)
-            self._renderer.render(out=frames[k])
+        shape, dtype = {
+            "rgb": ((height, width, 3), np.uint8),
+            "depth": ((height, width), np.float32),
+            "segmentation": ((height, width, 2), np.int32),
+        }[mode]
+        frames = np.empty((len(ids), *shape), dtype=dtype)
+        renderer = self._renderer
+        # The mode is a flag of the shared renderer: set for this call, so cameras of several modes
+        # can share one GL context (one renderer per resolution, not per camera).
+        if mode == "depth":
+            renderer.enable_depth_rendering()
+        elif mode == "segmentation":
+            renderer.enable_segmentation_rendering()
+        else:
+            renderer.disable_depth_rendering()
+            renderer.disable_segmentation_rendering()
+        scene = renderer.scene
+        try:
+            for k, world in enumerate(ids):
+                world_model = sim.get_model(world)
+                data = sim.get_data(world)
+                mujoco.mjv_updateScene(world_model, data, self.option, None, cam, _ALL_CATEGORIES, scene)
+                renderer.render(out=frames[k])
+        finally:
+            renderer.disable_depth_rendering()
+            renderer.disable_segmentation_rendering()
         return frames
 
     def close(self) -> None:

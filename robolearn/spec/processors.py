@@ -336,7 +336,12 @@ class ObservationProcessor:
                 value = value.reshape(value.shape[0], -1)
             parts.append(proc(value, n))
         # torch.cat copies even a single part: an observation never aliases its inputs.
-        return torch.cat(parts, dim=1).to(self.dtype) if self.flat else parts[0].to(self.dtype, copy=True)
+        if self.flat:
+            return torch.cat(parts, dim=1).to(self.dtype)
+        # An integer image (uint8 colour, int32 ids) keeps its dtype: images are stored as they are
+        # rendered and become float only inside the network.
+        frame = parts[0]
+        return frame.to(self.dtype, copy=True) if frame.is_floating_point() else frame.clone()
 
     def reset(self) -> None:
         """Start over (a new episode on a robot): the next frame refills the history."""

@@ -8,6 +8,7 @@ from robolearn.envs.registry import register
 from .cartpole import cartpole_balance_cfg, cartpole_swingup_cfg
 from .cartpole_dr import cartpole_balance_dr_cfg
 from .pendulum import pendulum_swingup_cfg
+from .pixels import cartpole_swingup_pixels_cfg
 
 register(
     "Cartpole-Balance",
@@ -28,4 +29,9 @@ register(
     "Cartpole-Balance-DR",
     cartpole_balance_dr_cfg,
     "Cartpole-Balance randomised for sim2real: masses, damping, motor, pushes, sensor noise and latency",
+)
+register(
+    "Cartpole-Swingup-Pixels",
+    cartpole_swingup_pixels_cfg,
+    "Cartpole-Swingup from 84x84 RGB camera images (image group); state critic group for asymmetric setups",
 )

@@ -1,0 +1,274 @@
+"""Camera observations: named MJCF cameras rendered per world into the ``image`` group.
+
+Terms (``(env, **params) -> Tensor[N, ...]``, for :class:`~robolearn.envs.cfg.ObsTerm`):
+
+- :func:`camera_rgb`: colour, uint8 ``[N, H, W, 3]``. Images stay uint8 through the env, the
+  observation processor, replay and datasets; a network converts them to float itself.
+- :func:`camera_depth`: float32 ``[N, H, W, 1]``, distance along the optical axis in metres (what
+  a depth camera reports), clipped by the model's near/far planes (``<visual><map znear zfar>``).
+- :func:`camera_segmentation`: int32 ``[N, H, W, 1]``, the id of the geom seen at each pixel,
+  ``-1`` where no geom is (background, skybox, decorations).
+
+Rendering rate. With ``render_every=k`` a world's camera renders when its episode step is a
+multiple of ``k`` (the first observation of an episode included) and the frame is held in between,
+as a camera slower than the control loop delivers it. The held frames are env buffers
+(:meth:`BatchedEnv.buffer`), so checkpoints resume them exactly. A world is not rendered twice for
+the same state: the env asks for observations again after resetting some worlds within a step, and
+only those worlds (their episode step changed) are rendered again. A state is identified by the
+control step, the episode step, ``qpos`` and the world's visual epoch; events that change how a
+world looks without moving it (colours, lights, camera placement) call :func:`invalidate_frames`.
+
+Batching. One :class:`~robolearn.sim.render.BatchRenderer` (one OpenGL context) per resolution and
+shadow setting serves every camera and mode of an env: each call draws only the worlds that are
+due, one after another into that context.
+
+Intrinsics. MuJoCo's perspective cameras have a vertical field of view ``fovy`` and square pixels,
+so ``fy = fx = (H / 2) / tan(fovy / 2)``; :func:`camera_intrinsics` states them in OpenCV's pixel
+convention (pixel centres at integer coordinates, so ``cx = (W - 1) / 2``, ``cy = (H - 1) / 2``),
+and :func:`project_points` maps world points to pixel coordinates ``(u, v)`` (column, row; row 0
+at the top, as the rendered arrays are) and depth.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import mujoco
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from robolearn.envs.batched_env import BatchedEnv
+    from robolearn.sim.render import BatchRenderer
+
+CAMERA_KINDS: tuple[str, ...] = ("rgb", "depth", "segmentation")
+"""What a camera term can deliver: colour, metric depth, geom ids."""
+
+_VISUAL_EPOCH = "camera/visual_epoch"
+_RENDERERS = "_camera_renderers"  # env.__dict__ slot: {(width, height, shadows): BatchRenderer}
+_GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
+
+
+# -- intrinsics and projection -----------------------------------------------------------------
+@dataclass(frozen=True)
+class CameraIntrinsics:
+    """Pinhole intrinsics of a rendered camera, in pixels (OpenCV convention: pixel centres at
+    integer coordinates, ``u`` to the right, ``v`` down).
+    """
+
+    fx: float
+    """Focal length along ``u`` (columns)."""
+    fy: float
+    """Focal length along ``v`` (rows)."""
+    cx: float
+    """Principal point column."""
+    cy: float
+    """Principal point row."""
+    width: int
+    """Image width in pixels."""
+    height: int
+    """Image height in pixels."""
+
+    def matrix(self) -> np.ndarray:
+        """The 3x3 camera matrix ``K`` (float64), as OpenCV takes it."""
+        return np.array([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]])
+
+
+def _positive_int(name: str, value: object) -> int:
+    """``value`` as a positive int, or an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def intrinsics_from_fovy(fovy_deg: float, width: int, height: int) -> CameraIntrinsics:
+    """Intrinsics of a MuJoCo perspective camera of vertical field of view ``fovy_deg`` rendered at
+    ``width`` x ``height`` (square pixels: the horizontal field of view follows from the aspect ratio).
+
+    Raises:
+        ValueError: ``fovy_deg`` is not in ``(0, 180)`` or the size is not positive.
+    """
+    width, height = _positive_int("width", width), _positive_int("height", height)
+    if not 0.0 < float(fovy_deg) < 180.0:
+        raise ValueError(f"fovy: expected a field of view in (0, 180) degrees, got {fovy_deg!r}")
+    f = 0.5 * height / math.tan(math.radians(float(fovy_deg)) / 2.0)
+    return CameraIntrinsics(f, f, (width - 1) / 2.0, (height - 1) / 2.0, width, height)
+
+
+def camera_id(model: mujoco.MjModel, camera: str | int) -> int:
+    """The index of model camera ``camera`` (a name or an index), or an error listing the cameras."""
+    if isinstance(camera, str):
+        cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        if cam < 0:
+            names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+            raise ValueError(f"camera: no camera named {camera!r} in the model; expected one of {names}")
+        return int(cam)
+    if isinstance(camera, (int, np.integer)) and not isinstance(camera, bool) and 0 <= camera < model.ncam:
+        return int(camera)
+    raise ValueError(f"camera: expected a camera name or an index in [0, {model.ncam}), got {camera!r}")
+
+
+def camera_intrinsics(model: mujoco.MjModel, camera: str | int, width: int, height: int) -> CameraIntrinsics:
+    """Intrinsics of model camera ``camera`` rendered at ``width`` x ``height``, from its ``fovy``.
+
+    Pass a world's own model (``sim.get_model(world)``) when the field of view is randomised.
+
+    Raises:
+        ValueError: unknown camera, or one that is orthographic or declares a sensor size (its
+            projection is not given by ``fovy`` alone).
+    """
+    cam = camera_id(model, camera)
+    if int(model.cam_projection[cam]) != int(mujoco.mjtProjection.mjPROJ_PERSPECTIVE):
+        raise ValueError(f"camera: {camera!r} is orthographic; expected a perspective camera")
+    if np.any(model.cam_sensorsize[cam] > 0):
+        raise ValueError(f"camera: {camera!r} declares sensorsize/focal; only fovy-defined cameras are supported")
+    return intrinsics_from_fovy(float(model.cam_fovy[cam]), width, height)
+
+
+def project_points(
+    intrinsics: CameraIntrinsics, cam_pos: np.ndarray, cam_mat: np.ndarray, points: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel coordinates ``[P, 2]`` (``u`` column, ``v`` row) and depths ``[P]`` of world points ``[P, 3]``.
+
+    ``cam_pos`` ``[3]`` and ``cam_mat`` (``[3, 3]`` or MuJoCo's flat ``[9]``, columns the camera's
+    axes in the world) are ``MjData.cam_xpos``/``cam_xmat`` of the camera. A MuJoCo camera looks
+    along its ``-z`` axis with ``+y`` up, so the depth is ``-z`` in the camera frame: the value a
+    depth render holds at that pixel. Points behind the camera get a non-positive depth.
+    """
+    rot = np.asarray(cam_mat, dtype=np.float64).reshape(3, 3)
+    local = (np.asarray(points, dtype=np.float64).reshape(-1, 3) - np.asarray(cam_pos, dtype=np.float64)) @ rot
+    depth = -local[:, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = intrinsics.cx + intrinsics.fx * local[:, 0] / depth
+        # Image rows grow downward while the camera's y axis points up.
+        v = intrinsics.cy - intrinsics.fy * local[:, 1] / depth
+    return np.stack([u, v], axis=1), depth
+
+
+# -- rendering state -----------------------------------------------------------------------------
+def _renderer(env: BatchedEnv, width: int, height: int, shadows: bool) -> BatchRenderer:
+    """The env's shared renderer for this size and shadow setting (created on first use)."""
+    # Imported here: robolearn.envs is imported by the facade's users without any GL library.
+    from robolearn.sim.render import BatchRenderer
+
+    renderers: dict[tuple[int, int, bool], BatchRenderer] = env.__dict__.setdefault(_RENDERERS, {})
+    key = (width, height, shadows)
+    renderer = renderers.get(key)
+    if renderer is None:
+        renderer = BatchRenderer(env.model, width=width, height=height, shadows=shadows)
+        renderers[key] = renderer
+    return renderer
+
+
+def close_cameras(env: BatchedEnv) -> None:
+    """Free the GL contexts of ``env``'s camera terms (they are otherwise freed with the env)."""
+    for renderer in env.__dict__.pop(_RENDERERS, {}).values():
+        renderer.close()
+
+
+def invalidate_frames(env: BatchedEnv, env_ids: torch.Tensor) -> None:
+    """Worlds ``env_ids`` look different without having moved (a colour, light or camera changed):
+    their cameras render again at their next due step instead of reusing a frame of the same state.
+    """
+    epoch = env.buffer(_VISUAL_EPOCH, (), torch.long)
+    epoch[env_ids] += 1
+
+
+def _check_params(camera: str | int, width: int, height: int, render_every: int) -> tuple[int, int, int]:
+    """Validated ``(width, height, render_every)``; the camera is checked by the renderer."""
+    if not isinstance(camera, (str, int, np.integer)) or isinstance(camera, bool):
+        raise ValueError(f"camera: expected a camera name or index, got {camera!r}")
+    return (
+        _positive_int("width", width),
+        _positive_int("height", height),
+        _positive_int("render_every", render_every),
+    )
+
+
+def _frames(
+    env: BatchedEnv, camera: str | int, kind: str, width: int, height: int, render_every: int, shadows: bool
+) -> torch.Tensor:
+    """The held frames of one camera term, rendered again for the worlds that are due (module doc)."""
+    width, height, every = _check_params(camera, width, height, render_every)
+    shape, dtype = {
+        "rgb": ((height, width, 3), torch.uint8),
+        "depth": ((height, width, 1), torch.float32),
+        "segmentation": ((height, width, 1), torch.int32),
+    }[kind]
+    name = f"camera/{camera}/{kind}/{width}x{height}/every{every}/shadows{int(shadows)}"
+    frames = env.buffer(name, shape, dtype)
+    stamp = env.buffer(f"{name}/stamp", (2,), torch.long, fill=-1)  # control step, episode step
+    qpos_at = env.buffer(f"{name}/qpos", (env.model.nq,), torch.float64, fill=math.nan)
+    epoch_at = env.buffer(f"{name}/epoch", (), torch.long, fill=-1)
+    epoch = env.buffer(_VISUAL_EPOCH, (), torch.long)
+
+    steps = env.episode_length
+    qpos = env.sim.qpos
+    same = (
+        (stamp[:, 0] == env.common_step_counter)
+        & (stamp[:, 1] == steps)
+        & (epoch_at == epoch)
+        & (qpos_at == qpos).all(dim=1)
+    )
+    due = (steps % every == 0) if every > 1 else torch.ones_like(same)
+    need = (due & ~same) | (stamp[:, 0] < 0)
+    # Rendering runs on the host anyway (it reads each world's MjData): one sync for the world list.
+    ids = need.nonzero().flatten()
+    if ids.numel():
+        renderer = _renderer(env, width, height, shadows)
+        drawn = renderer.render(env.sim, ids.tolist(), camera=camera, mode=kind)
+        if kind == "depth":
+            drawn = drawn[..., None]
+        elif kind == "segmentation":
+            # Keep geom ids only: other objects drawn (sites, tendons, decorations) read as -1.
+            drawn = np.where(drawn[..., 1:2] == _GEOM, drawn[..., 0:1], -1).astype(np.int32)
+        frames[ids] = torch.from_numpy(drawn).to(env.device)
+        stamp[ids, 0] = env.common_step_counter
+        stamp[ids, 1] = steps[ids]
+        qpos_at[ids] = qpos[ids].to(qpos_at.dtype)
+        epoch_at[ids] = epoch[ids]
+    # A copy: the buffer is overwritten in place by later renders, an observation never changes.
+    return frames.clone()
+
+
+# -- observation terms -----------------------------------------------------------------------------
+def camera_rgb(
+    env: BatchedEnv,
+    camera: str | int,
+    width: int = 84,
+    height: int = 84,
+    render_every: int = 1,
+    shadows: bool = False,
+) -> torch.Tensor:
+    """Colour frames uint8 ``[N, height, width, 3]`` of model camera ``camera`` in every world.
+
+    Args:
+        env: the env.
+        camera: a camera name (or index) of the task's MJCF.
+        width: image width in pixels.
+        height: image height in pixels.
+        render_every: render every this many control steps of an episode, holding the frame between.
+        shadows: draw shadows; off by default because with software OpenGL they cost several times
+            the rest of the frame, and a policy learns from the silhouettes as well.
+    """
+    return _frames(env, camera, "rgb", width, height, render_every, shadows)
+
+
+def camera_depth(
+    env: BatchedEnv, camera: str | int, width: int = 84, height: int = 84, render_every: int = 1
+) -> torch.Tensor:
+    """Depth float32 ``[N, height, width, 1]`` in metres along the optical axis of ``camera``
+    (parameters as :func:`camera_rgb`).
+    """
+    return _frames(env, camera, "depth", width, height, render_every, False)
+
+
+def camera_segmentation(
+    env: BatchedEnv, camera: str | int, width: int = 84, height: int = 84, render_every: int = 1
+) -> torch.Tensor:
+    """Geom ids int32 ``[N, height, width, 1]`` seen by ``camera``, ``-1`` where no geom is
+    (parameters as :func:`camera_rgb`).
+    """
+    return _frames(env, camera, "segmentation", width, height, render_every, False)
