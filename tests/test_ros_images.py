@@ -237,3 +237,158 @@ def test_bad_compressed_messages_and_arrays_are_named():
         fill_image(_plain_image(), np.zeros((2, 2, 1), np.float32), "16UC1")
     with pytest.raises(MalformedMessage, match="image.encoding: encoding 'rgb16'"):
         fill_image(_plain_image(), np.zeros((2, 2, 3), np.uint8), "rgb16")
+
+
+# --- camera topics in bag import -------------------------------------------------------------------
+
+CAM_T0 = 0.005
+"""The camera's first frame, after the first joint state (relative to the log's start)."""
+CAM_DT = 0.033
+"""The camera's period (about 30 Hz against the 100 Hz control ticks)."""
+DT = 0.01
+"""Cartpole-Balance's control period."""
+
+
+def camera_frame(j: int, h: int = 12, w: int = 16) -> np.ndarray:
+    """Frame ``j``: red channel ``j`` (mod 256), green ``255 - j``, blue a gradient across columns."""
+    frame = np.empty((h, w, 3), dtype=np.uint8)
+    frame[..., 0] = j % 256
+    frame[..., 1] = 255 - j % 256
+    frame[..., 2] = (np.arange(w) * 15)[None, :]
+    return frame
+
+
+def write_camera_bag(path: Path, log: dict[str, np.ndarray], *, compressed: bool, t0: float = 500.0,
+                     pause: tuple[float, float] | None = None, corrupt: int | None = None) -> Path:
+    """A cart-pole log (JointState every 10 ms, Float64MultiArray 2 ms after each) with a camera:
+    frame ``j`` stamped ``t0 + CAM_T0 + j * CAM_DT`` (``pause``: no frames in that window of log
+    time), as rgb8 ``Image`` or png ``CompressedImage``. ROS 1 ``.bag`` or ROS 2 ``.mcap`` by suffix.
+    """
+    from rosbags.typesys import Stores, get_typestore
+
+    ros1 = path.suffix == ".bag"
+    store = get_typestore(Stores.ROS1_NOETIC if ros1 else Stores.ROS2_JAZZY)
+    types = store.types
+    Time, Header = types["builtin_interfaces/msg/Time"], types["std_msgs/msg/Header"]
+    JointState, F64 = types["sensor_msgs/msg/JointState"], types["std_msgs/msg/Float64MultiArray"]
+    Layout = types["std_msgs/msg/MultiArrayLayout"]
+    cam_type = "sensor_msgs/msg/CompressedImage" if compressed else "sensor_msgs/msg/Image"
+
+    def header(t: float) -> object:
+        ns = round(t * 1e9)
+        stamp = Time(sec=ns // 10**9, nanosec=ns % 10**9)
+        return Header(seq=0, stamp=stamp, frame_id="cam") if ros1 else Header(stamp=stamp, frame_id="cam")
+
+    def serialize(msg: object, kind: str) -> bytes:
+        return store.serialize_ros1(msg, kind) if ros1 else store.serialize_cdr(msg, kind)
+
+    events: list[tuple[float, str, object]] = []
+    steps = len(log["cmd"])
+    for k in range(steps + 1):
+        t = t0 + k * DT
+        events.append((t, "js", JointState(header=header(t), name=["slider", "hinge"], position=log["pos"][k].copy(),
+                                           velocity=log["vel"][k].copy(), effort=np.zeros(0))))
+        if k < steps:
+            events.append((t + 0.002, "cmd", F64(layout=Layout(dim=[], data_offset=0), data=log["cmd"][k].copy())))
+    j = 0
+    while CAM_T0 + j * CAM_DT <= steps * DT:
+        rel = CAM_T0 + j * CAM_DT
+        if pause is None or not pause[0] <= rel < pause[1]:
+            t = t0 + rel
+            if compressed:
+                msg = fill_compressed(types[cam_type](header=header(t), format="", data=np.zeros(0, np.uint8)),
+                                      camera_frame(j), "rgb8", "png")
+                if corrupt == j:
+                    msg.data = msg.data[: len(msg.data) // 3]  # a truncated png
+            else:
+                msg = fill_image(types[cam_type](header=header(t), height=0, width=0, encoding="", is_bigendian=0,
+                                                 step=0, data=np.zeros(0, np.uint8)), camera_frame(j), "rgb8")
+            events.append((t, "cam", msg))
+        j += 1
+    if ros1:
+        from rosbags.rosbag1 import Writer
+
+        writer = Writer(path)
+    else:
+        from rosbags.rosbag2 import StoragePlugin, Writer
+
+        writer = Writer(path, version=9, storage_plugin=StoragePlugin.MCAP)
+    kinds = {"js": JointState.__msgtype__, "cmd": F64.__msgtype__, "cam": cam_type}
+    with writer:
+        conns = {name: writer.add_connection(topic, kinds[name], typestore=store)
+                 for name, topic in (("js", "/js"), ("cmd", "/cmd"), ("cam", "/cam"))}
+        for t, name, msg in sorted(events, key=lambda e: e[0]):
+            writer.write(conns[name], round(t * 1e9), serialize(msg, kinds[name]))
+    return path
+
+
+CAM_MAPPING = {"task": "Cartpole-Balance", "joint_states": {"topic": "/js"}, "commands": {"topic": "/cmd"},
+               "image": {"topic": "/cam"}}
+
+
+@pytest.fixture(scope="module")
+def cart_log() -> dict[str, np.ndarray]:
+    from tests.test_bag_import import rollout
+
+    return rollout(120)
+
+
+@pytest.mark.parametrize(("suffix", "compressed"), [(".bag", False), (".mcap", True)])
+def test_bag_import_holds_the_latest_camera_frame_at_each_tick(tmp_path: Path, cart_log: dict, suffix: str,
+                                                               compressed: bool) -> None:
+    import torch
+
+    from robolearn.cli.bag_import import import_bag
+
+    bag = write_camera_bag(tmp_path / f"cam{suffix}", cart_log, compressed=compressed)
+    data = import_bag(bag, CAM_MAPPING)
+    # the tick at 0 s comes before the first frame (5 ms): dropped, so 119 of the 120 steps remain
+    assert len(data) == 119 and data.episode_lengths.tolist() == [119]
+    np.testing.assert_allclose(data.rewards.numpy(), cart_log["reward"][1:], atol=1e-6)
+    images = data.observations["image"]
+    assert images.dtype == torch.uint8 and tuple(images.shape) == (119, 12, 16, 3)
+    # transition i starts at tick i + 1 (time 0.01 (i + 1)): the frame taken last by then
+    ticks = DT * np.arange(1, 121)
+    held = np.floor((ticks - CAM_T0) / CAM_DT + 1e-9).astype(int)
+    expected = np.stack([camera_frame(j) for j in held])
+    np.testing.assert_array_equal(images.numpy(), expected[:119])
+    np.testing.assert_array_equal(data.final_observations["image"][0].numpy(), expected[119])
+    record = data.metadata.extra["image"]
+    assert record["frame_shape"] == [12, 16, 3] and record["frames_read"] == len(np.arange(0, 1.2 - CAM_T0, CAM_DT))
+    oldest = float(np.max(ticks - (CAM_T0 + held * CAM_DT)))
+    assert oldest < CAM_DT and record["max_age_s"] == pytest.approx(oldest, abs=1e-6)
+
+
+def test_bag_import_preprocesses_frames_and_refuses_bad_camera_topics(tmp_path: Path, cart_log: dict) -> None:
+    from robolearn.cli.bag_import import import_bag
+    from robolearn.data.rosbag_io import BagError
+    from robolearn.utils.config import ConfigError
+
+    bag = write_camera_bag(tmp_path / "cam.mcap", cart_log, compressed=True)
+    gray = {**CAM_MAPPING, "image": {"topic": "/cam", "encoding": "rgb8", "max_age_s": 0.04,
+                                     "steps": [{"op": "resize", "width": 8, "height": 6},
+                                               {"op": "convert_color", "conversion": "rgb2gray"}]}}
+    data = import_bag(bag, gray)
+    frames = data.observations["image"].numpy()
+    assert frames.shape == (119, 6, 8, 1)
+    # a uniform red j / green 255 - j frame with a blue gradient: gray = .299 j + .587 (255 - j) + .114 blue
+    j = int(np.floor((DT - CAM_T0) / CAM_DT))
+    blue = camera_frame(j)[..., 2].reshape(6, 2, 8, 2).mean(axis=(1, 3))
+    np.testing.assert_allclose(frames[0, ..., 0], 0.299 * j + 0.587 * (255 - j) + 0.114 * blue, atol=1.0)
+    # a stalled camera (no frames for 0.3 s) is refused at the first tick whose frame is too old
+    stalled = write_camera_bag(tmp_path / "stalled.mcap", cart_log, compressed=True, pause=(0.5, 0.8))
+    with pytest.raises(BagError, match=r"/cam: at the tick t=500\.\d+ the latest image is 0\.\d+ s old \(max_age_s 0\.04"):
+        import_bag(stalled, gray)
+    broken = write_camera_bag(tmp_path / "broken.mcap", cart_log, compressed=True, corrupt=5)
+    with pytest.raises(BagError, match=r"/cam\[5\] \(t=500\.170000\)\.data: \d+ bytes do not decode"):
+        import_bag(broken, CAM_MAPPING)
+    with pytest.raises(BagError, match=r"topic '/js' has type sensor_msgs/msg/JointState, expected sensor_msgs/msg/Image"):
+        import_bag(bag, {**CAM_MAPPING, "image": {"topic": "/js"}})
+    with pytest.raises(BagError, match=r"topic '/cam' has type sensor_msgs/msg/CompressedImage, the mapping says sensor_msgs/Image"):
+        import_bag(bag, {**CAM_MAPPING, "image": {"topic": "/cam", "type": "sensor_msgs/Image"}})
+    with pytest.raises(ConfigError, match=r"mapping.image.steps: steps\[0\].op: expected one of"):
+        import_bag(bag, {**CAM_MAPPING, "image": {"topic": "/cam", "steps": [{"op": "sharpen"}]}})
+    # without a camera topic the import records what it always did
+    plain = import_bag(bag, {k: v for k, v in CAM_MAPPING.items() if k != "image"})
+    assert "image" not in plain.observations and "image" not in plain.metadata.extra
+    assert "image" not in plain.metadata.extra["mapping"] and len(plain) == 120

@@ -23,6 +23,14 @@ The mapping file (YAML; ``configs/bag_mappings/cartpole.yaml`` is an example)::
       trajectory_field: null          # a JointTrajectory's field: null: by the task's action kind (effort for torque)
     episode_gap_s: null               # a joint-state gap longer than this starts a new episode
     max_steps: null                   # keep at most this many transitions
+    image:                            # optional: a camera topic into the `image` observation group
+      topic: null                     # sensor_msgs/Image or sensor_msgs/CompressedImage; null: no images
+      encoding: rgb8                  # rgb8, bgr8, mono8 ... (uint8): what the frames are converted to
+      steps: []                       # preprocessing (robolearn.spec.image_ops), e.g. [{op: resize, width: 84, height: 84}]
+      max_age_s: null                 # refuse a tick whose latest image is older (a stalled camera)
+
+Each tick's frame is the latest image stamped at or before it (uint8 ``[T, H, W, C]``, the
+``image`` group; its final observation likewise); ticks before the first image are dropped.
 
 Episodes end as time-outs (the recording was cut) unless a termination term fired. The task's
 ``qpos`` must be its 1-DoF joints (hinge, slide): a floating base is not in a JointState.
@@ -43,10 +51,10 @@ import torch
 import yaml
 
 from robolearn.data import Dataset, DatasetMetadata
-from robolearn.data.rosbag_io import BagError, align, read_bag
+from robolearn.data.rosbag_io import COMPRESSED_IMAGE, BagError, align, hold_images, read_bag, read_images
 from robolearn.envs.relabel import Labeller
 from robolearn.spec import PolicySpec
-from robolearn.types import DEPLOYABLE_GROUPS
+from robolearn.types import DEPLOYABLE_GROUPS, IMAGE
 from robolearn.utils.config import ConfigError, to_dataclass
 
 
@@ -67,6 +75,34 @@ class TopicMapping:
     joint_vel: ``velocities``), as the robolearn bridges send them."""
 
 
+UINT8_ENCODINGS = ("rgb8", "bgr8", "rgba8", "bgra8", "mono8", "8UC1", "8UC3")
+"""Encodings an imported image may be converted to (the ``image`` group is uint8)."""
+
+
+@dataclass
+class ImageMapping:
+    """The camera topic of the mapping (module doc)."""
+
+    topic: str | None = None
+    """``sensor_msgs/Image`` or ``sensor_msgs/CompressedImage`` topic; ``None``: no images."""
+    type: str | None = None
+    """Its message type; ``None``: whichever of the two the bag says."""
+    encoding: str = "rgb8"
+    """The frames' encoding after decoding (uint8)."""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """Preprocessing steps (``robolearn.spec.image_ops.ImagePipeline.from_dict``)."""
+    max_age_s: float | None = None
+    """The oldest a tick's image may be; ``None``: any."""
+
+    def __post_init__(self) -> None:
+        """Refuse a non-uint8 encoding and a non-positive age."""
+        if self.encoding not in UINT8_ENCODINGS:
+            raise ConfigError(f"mapping.image.encoding: expected one of {list(UINT8_ENCODINGS)} (the image group is "
+                              f"uint8), got {self.encoding!r}")
+        if self.max_age_s is not None and not self.max_age_s > 0:
+            raise ConfigError(f"mapping.image.max_age_s: expected a positive age in seconds, got {self.max_age_s!r}")
+
+
 @dataclass
 class BagMapping:
     """The mapping file (module doc)."""
@@ -83,6 +119,8 @@ class BagMapping:
     """A joint-state gap that ends an episode; ``None``: five control periods (at least 0.25 s)."""
     max_steps: int | None = None
     """At most this many transitions."""
+    image: ImageMapping = field(default_factory=ImageMapping)
+    """A camera topic for the ``image`` group (none by default)."""
 
     def __post_init__(self) -> None:
         """Refuse missing or out-of-range fields, naming them."""
@@ -111,6 +149,31 @@ def read_mapping(mapping: Mapping[str, Any] | str | os.PathLike[str]) -> BagMapp
         except yaml.YAMLError as exc:
             raise ConfigError(f"mapping {path}: not valid YAML ({exc})") from None
     return to_dataclass(BagMapping, mapping, "mapping")
+
+
+def _image_decoder(cfg: ImageMapping) -> Any:
+    """The decoder :func:`robolearn.data.rosbag_io.read_images` calls: the ROS bridge's converters
+    (one implementation for live topics and bags), then the mapping's preprocessing.
+    """
+    from robolearn.sim2real.ros.images import compressed_to_numpy, image_to_numpy
+    from robolearn.spec.image_ops import ImageOpError, ImagePipeline
+
+    try:
+        pipeline = ImagePipeline.from_dict(cfg.steps)
+    except ImageOpError as exc:
+        raise ConfigError(f"mapping.image.steps: {exc}") from None
+
+    def decode(msg: object, msgtype: str, where: str) -> np.ndarray:
+        if msgtype == COMPRESSED_IMAGE:
+            frame = compressed_to_numpy(msg, cfg.encoding, topic=where)
+        else:
+            frame = image_to_numpy(msg, cfg.encoding, topic=where)
+        try:
+            return pipeline(frame[None])[0]
+        except ImageOpError as exc:
+            raise ValueError(f"{where}: mapping.image.steps: {exc}") from None
+
+    return decode
 
 
 def _sha256(path: Path) -> str:
@@ -148,7 +211,15 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
         sorted(kinds)[0]]
     js, cmds = read_bag(bag, cfg.joint_states.topic, qpos_joints, cfg.commands.topic, cmd_joints, field,
                         expect={cfg.joint_states.topic: cfg.joint_states.type, cfg.commands.topic: cfg.commands.type})
-    log = align(js, cmds, rate, cfg.episode_gap_s, cfg.max_steps)
+    images = None
+    if cfg.image.topic:
+        images = read_images(bag, cfg.image.topic, _image_decoder(cfg.image), expect=cfg.image.type)
+    log = align(js, cmds, rate, cfg.episode_gap_s, cfg.max_steps,
+                not_before=float(images.stamps[0]) if images is not None else None)
+    image_age = 0.0
+    if images is not None:
+        frame_of_tick, image_age = hold_images(images, log.ticks, cfg.image.max_age_s, cfg.image.topic)
+        frames = torch.from_numpy(images.frames)
     scale = np.array([v for a in spec.actions for v in a.scale], dtype=np.float64)
     offset = np.array([v for a in spec.actions for v in a.offset], dtype=np.float64)
     if (scale == 0).any():
@@ -160,24 +231,27 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
     high = np.array([v for a in spec.actions for v in (a.high or [math.inf] * a.dim)], dtype=np.float64)
     clipped = int(((actions_all < low) | (actions_all > high)).any(axis=1).sum())
     actions_all = np.clip(actions_all, low, high)
-    groups = [g for g in spec.observations if g in DEPLOYABLE_GROUPS]
-    obs: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
-    final: dict[str, list[torch.Tensor]] = {g: [] for g in groups}
+    groups = [g for g in spec.observations if g in DEPLOYABLE_GROUPS and not (images is not None and g == IMAGE)]
+    obs: dict[str, list[torch.Tensor]] = {g: [] for g in [*groups, *([IMAGE] if images is not None else [])]}
+    final: dict[str, list[torch.Tensor]] = {g: [] for g in obs}
     rewards, terminated, timeouts, terms, acts = [], [], [], [], []
     dropped = 0
     s = a = 0
     for n in log.episode_lengths.tolist():
         labels = labeller.label(torch.from_numpy(log.position[s : s + n + 1]), torch.from_numpy(log.velocity[s : s + n + 1]),
                                 torch.from_numpy(actions_all[a : a + n]))
-        for g in groups:
-            obs[g].append(labels.observations[g][:n])
-            final[g].append(labels.observations[g][n:])
+        episode_obs = {g: labels.observations[g] for g in groups}
+        if images is not None:  # the camera's frames at the episode's n + 1 ticks
+            episode_obs[IMAGE] = frames[torch.from_numpy(frame_of_tick[s : s + n + 1])]
+        for g, values in episode_obs.items():
+            obs[g].append(values[:n])
+            final[g].append(values[n:])
         done = labels.terminated
         if bool(done.any()):  # a termination ends the episode there; the rest of the log is dropped
             stop = int(done.nonzero()[0]) + 1
-            for g in groups:
+            for g, values in episode_obs.items():
                 obs[g][-1] = obs[g][-1][:stop]
-                final[g][-1] = labels.observations[g][stop : stop + 1]
+                final[g][-1] = values[stop : stop + 1]
             n_kept = stop
             dropped += n - stop
         else:
@@ -196,6 +270,16 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
         s += n + 1
         a += n
     actions = torch.cat(acts)
+    mapping_record = asdict(cfg)
+    image_record: dict[str, Any] = {}
+    if images is None:
+        del mapping_record["image"]  # imports without a camera record what they always did
+    else:
+        image_record = {"image": {
+            "topic": cfg.image.topic, "encoding": cfg.image.encoding, "frame_shape": list(images.frames.shape[1:]),
+            "frames_read": len(images.frames), "steps": list(cfg.image.steps), "max_age_s": image_age,
+            "resampling": "zero-order hold: the latest image stamped at or before each tick",
+        }}
     reward_weights = {k: float(t.weight) for k, t in labeller.env.reward_manager.terms.items()}
     metadata = DatasetMetadata(
         task_id=cfg.task,
@@ -214,7 +298,8 @@ def import_bag(bag: str | os.PathLike[str], mapping: Mapping[str, Any] | str | o
                 "steps_dropped_after_terminations": dropped,
             },
             "bag": {"file": bag.name, "sha256": _sha256(bag)},
-            "mapping": asdict(cfg),
+            "mapping": mapping_record,
+            **image_record,
         },
     )
     dataset = Dataset(

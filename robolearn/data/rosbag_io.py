@@ -18,6 +18,14 @@ the one computed from a state reaches the robot after that state was measured, s
 step that follows it). Ticks before the first command are dropped. A gap in the joint states longer
 than ``episode_gap_s`` ends an episode; no tick is made inside it.
 
+Camera images (``sensor_msgs/Image``, ``sensor_msgs/CompressedImage``) are read by
+:func:`read_images` with a decoder the caller supplies (the ROS image converters live with the ROS
+bridge, which this layer may not import; ``robolearn data import-bag`` passes them) and given to
+each control tick by :func:`hold_images`: the **latest image stamped at or before the tick** (an
+image is a sample taken at its stamp; interpolating pixels would invent a frame, and a later image
+would show the policy the future). ``align(..., not_before=...)`` drops the ticks before the first
+image, as it drops those before the first command.
+
 Malformed messages are refused with the topic, the message's index and time, the field and what
 was expected (wrong joint names, arrays that disagree with the names, NaN/inf, a command of the
 wrong width), before anything is written.
@@ -27,7 +35,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +46,12 @@ FLOAT_ARRAY = "std_msgs/msg/Float64MultiArray"
 TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 COMMAND_TYPES = (FLOAT_ARRAY, TRAJECTORY)
 """Message types a command topic may have."""
+IMAGE = "sensor_msgs/msg/Image"
+COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
+IMAGE_TYPES = (IMAGE, COMPRESSED_IMAGE)
+"""Message types an image topic may have."""
+_STAMP_TOL = 1e-9
+"""Stamps this close count as equal (float seconds of nanosecond stamps)."""
 
 
 class BagError(ValueError):
@@ -205,8 +219,10 @@ class AlignedLog:
 
 
 def align(js: JointStates, cmds: Commands, rate_hz: float, episode_gap_s: float | None = None,
-          max_steps: int | None = None) -> AlignedLog:
-    """Resample onto ticks ``1 / rate_hz`` apart from the first joint state (module doc)."""
+          max_steps: int | None = None, not_before: float | None = None) -> AlignedLog:
+    """Resample onto ticks ``1 / rate_hz`` apart from the first joint state (module doc); ticks
+    before ``not_before`` (the first image's stamp, when images are imported) are dropped.
+    """
     if not rate_hz > 0:
         raise BagError(f"rate_hz: expected a positive rate, got {rate_hz!r}")
     period = 1.0 / rate_hz
@@ -221,6 +237,8 @@ def align(js: JointStates, cmds: Commands, rate_hz: float, episode_gap_s: float 
         ticks = start + period * np.arange(int(math.floor((end - start) / period + 1e-9)) + 1)
         held_all = np.searchsorted(cmds.stamps, ticks[1:], side="right") - 1
         first = int(np.argmax(held_all >= 0)) if (held_all >= 0).any() else len(ticks)
+        if not_before is not None:  # the tick's observation needs an image taken by then
+            first = max(first, int(np.searchsorted(ticks, not_before - _STAMP_TOL, side="left")))
         ticks = ticks[first:]  # a step needs a command: drop the ticks before the first one
         n_ticks = len(ticks)
         if n_ticks < 2:
@@ -243,6 +261,90 @@ def align(js: JointStates, cmds: Commands, rate_hz: float, episode_gap_s: float 
         if max_steps is not None and total >= max_steps:
             break
     if not lengths:
-        raise BagError(f"the joint states give no episode of 2 or more ticks at {rate_hz:g} Hz (after the first command)")
+        after = "the first command" + (f" and the first image (t={not_before:.6f})" if not_before is not None else "")
+        raise BagError(f"the joint states give no episode of 2 or more ticks at {rate_hz:g} Hz (after {after})")
     return AlignedLog(np.concatenate(pos_out), np.concatenate(vel_out), np.concatenate(cmd_out),
                       np.array(lengths, dtype=np.int64), np.concatenate(tick_out))
+
+
+
+@dataclass
+class Images:
+    """Images of one topic in time order: ``stamps [M]``, ``frames [M, H, W, C]`` uint8."""
+
+    stamps: np.ndarray
+    frames: np.ndarray
+
+
+ImageDecoder = Callable[[object, str, str], np.ndarray]
+"""``decode(msg, msgtype, where) -> [H, W, C] uint8``; raises ``ValueError`` naming what is wrong
+(prefixed with ``where``: the topic, message index and stamp)."""
+
+
+def read_images(path: str | os.PathLike[str], topic: str, decode: ImageDecoder, expect: str | None = None) -> Images:
+    """Every image of ``topic`` decoded by ``decode``, in stamp order (header stamps; duplicates of a
+    stamp dropped); all frames must have one shape and be uint8. ``expect``: the type the bag's must be.
+    """
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import Stores, get_typestore
+
+    path = Path(path)
+    if not path.exists():
+        raise BagError(f"bag: {path} does not exist")
+    stamps: list[float] = []
+    frames: list[np.ndarray] = []
+    try:
+        with AnyReader([path], default_typestore=get_typestore(Stores.ROS2_JAZZY)) as reader:
+            topics = {c.topic: c for c in reader.connections}
+            conn = topics.get(topic)
+            if conn is None:
+                raise BagError(f"bag {path.name}: no image topic {topic!r} (it has {sorted(topics)})")
+            if conn.msgtype not in IMAGE_TYPES:
+                raise BagError(f"bag {path.name}: topic {topic!r} has type {conn.msgtype}, expected {' or '.join(IMAGE_TYPES)}")
+            if expect is not None and conn.msgtype != expect.replace("/msg/", "/").replace("/", "/msg/", 1):
+                raise BagError(f"bag {path.name}: topic {topic!r} has type {conn.msgtype}, the mapping says {expect}")
+            for index, (c, t_ns, raw) in enumerate(reader.messages(connections=[conn])):
+                msg = reader.deserialize(raw, c.msgtype)
+                stamp = _stamp(msg, t_ns)
+                where = f"{topic}[{index}] (t={stamp:.6f})"
+                try:
+                    frame = np.asarray(decode(msg, c.msgtype, where))
+                except ValueError as exc:
+                    msg_text = str(exc)
+                    raise BagError(msg_text if msg_text.startswith(where) else f"{where}: {msg_text}") from None
+                if frame.dtype != np.uint8 or frame.ndim != 3:
+                    raise BagError(f"{where}: decoded to {frame.dtype} {tuple(frame.shape)}, expected uint8 [H, W, C]")
+                if frames and frame.shape != frames[0].shape:
+                    raise BagError(f"{where}: image of shape {tuple(frame.shape)}, the topic's first was {tuple(frames[0].shape)}")
+                stamps.append(stamp)
+                frames.append(frame)
+    except BagError:
+        raise
+    except Exception as exc:  # a truncated or foreign file: rosbags' own errors, named with the file
+        raise BagError(f"bag {path}: cannot be read ({type(exc).__name__}: {exc})") from None
+    if not frames:
+        raise BagError(f"bag {path.name}: image topic {topic!r} has no messages")
+    t = np.array(stamps)
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    keep = np.concatenate([[True], np.diff(t) > 0])
+    return Images(t[keep], np.stack(frames)[order][keep])
+
+
+def hold_images(images: Images, ticks: np.ndarray, max_age_s: float | None = None,
+                topic: str = "image") -> tuple[np.ndarray, float]:
+    """For each tick, the index of the latest image stamped at or before it, and the oldest such
+    image's age in seconds; :class:`BagError` for a tick before the first image or (``max_age_s``)
+    one whose latest image is older than that (a stalled camera).
+    """
+    idx = np.searchsorted(images.stamps, np.asarray(ticks) + _STAMP_TOL, side="right") - 1
+    if (idx < 0).any():
+        first = float(np.asarray(ticks)[int(np.argmax(idx < 0))])
+        raise BagError(f"{topic}: no image at or before the tick t={first:.6f} (the first image is at "
+                       f"t={images.stamps[0]:.6f}); align with not_before=<first image stamp>")
+    age = np.asarray(ticks) - images.stamps[idx]
+    worst = int(np.argmax(age))
+    if max_age_s is not None and age[worst] > max_age_s + _STAMP_TOL:
+        raise BagError(f"{topic}: at the tick t={float(ticks[worst]):.6f} the latest image is {age[worst]:.4f} s old "
+                       f"(max_age_s {max_age_s:g}; taken at t={images.stamps[idx[worst]]:.6f})")
+    return idx, float(age[worst])

@@ -94,25 +94,26 @@ def _check_encoding(encoding: str, where: str) -> tuple[np.dtype, int]:
     return ENCODINGS[encoding]
 
 
-def image_to_numpy(msg: Any, topic: str = "image") -> np.ndarray:
+def image_to_numpy(msg: Any, encoding: str | None = None, topic: str = "image") -> np.ndarray:
     """The ``[H, W, C]`` array of a ``sensor_msgs/Image`` (a copy owning its memory; row padding
-    dropped, byte order made native), or :class:`MalformedMessage` naming the field.
+    dropped, byte order made native), converted to ``encoding`` if given (:func:`convert_encoding`),
+    or :class:`MalformedMessage` naming the field.
     """
-    encoding = str(msg.encoding)
-    dtype, channels = _check_encoding(encoding, f"{topic}.encoding")
+    source = str(msg.encoding)
+    dtype, channels = _check_encoding(source, f"{topic}.encoding")
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     if height <= 0 or width <= 0:
         raise MalformedMessage(f"{topic}: height {height} and width {width} must be positive")
     row = width * channels * dtype.itemsize
     if step < row:
-        raise MalformedMessage(f"{topic}.step: {step} bytes is less than a row of {width} {encoding} pixels ({row} bytes)")
+        raise MalformedMessage(f"{topic}.step: {step} bytes is less than a row of {width} {source} pixels ({row} bytes)")
     buf = _data_bytes(msg.data)
     size = len(buf) if not isinstance(buf, np.ndarray) else buf.size
     # the last row need not carry its padding
     needed = step * (height - 1) + row
     if size < needed:
         raise MalformedMessage(f"{topic}.data: {size} bytes, expected at least {needed} "
-                               f"(height {height} x step {step} for {width}x{height} {encoding})")
+                               f"(height {height} x step {step} for {width}x{height} {source})")
     raw = np.frombuffer(buf, dtype=np.uint8, count=min(size, step * height))
     if raw.size < step * height:  # unpadded last row: pad so that the rows reshape
         raw = np.concatenate([raw, np.zeros(step * height - raw.size, dtype=np.uint8)])
@@ -120,7 +121,8 @@ def image_to_numpy(msg: Any, topic: str = "image") -> np.ndarray:
     big = bool(msg.is_bigendian)
     order = ">" if big else "<"
     pixels = np.ascontiguousarray(rows).view(dtype.newbyteorder(order) if dtype.itemsize > 1 else dtype)
-    return pixels.reshape(height, width, channels).astype(dtype, copy=True)
+    array = pixels.reshape(height, width, channels).astype(dtype, copy=True)
+    return array if encoding is None else np.ascontiguousarray(convert_encoding(array, source, encoding, topic))
 
 
 def fill_image(msg: Any, array: np.ndarray, encoding: str, topic: str = "image") -> Any:
@@ -164,14 +166,16 @@ def _parse_format(fmt: str, topic: str) -> tuple[str, str | None]:
     return kind, original
 
 
-def _convert(array: np.ndarray, src: str, dst: str, where: str) -> np.ndarray:
-    """``array`` from encoding ``src`` to ``dst`` (same dtype; channel orders and gray), or an error."""
+def convert_encoding(array: np.ndarray, src: str, dst: str, where: str = "image") -> np.ndarray:
+    """``array`` ``[H, W, C]`` from encoding ``src`` to ``dst`` of the same dtype (channel orders,
+    gray), or :class:`MalformedMessage` naming ``where`` when no such conversion exists.
+    """
     import cv2
 
     if src == dst:
         return array
-    d_src, c_src = ENCODINGS[src]
-    d_dst, c_dst = ENCODINGS[dst]
+    d_src, _ = _check_encoding(src, f"{where} (source encoding)")
+    d_dst, c_dst = _check_encoding(dst, f"{where} (requested encoding)")
     if d_src != d_dst:
         raise MalformedMessage(f"{where}: cannot convert {src} ({d_src}) to {dst} ({d_dst})")
     order = {"rgb8": "RGB", "bgr8": "BGR", "8UC3": "BGR", "rgba8": "RGBA", "bgra8": "BGRA",
@@ -217,7 +221,7 @@ def compressed_to_numpy(msg: Any, encoding: str | None = None, topic: str = "ima
         raise MalformedMessage(f"{topic}.data: decoded {img.dtype} image with {channels} channels is not supported")
     want = encoding or original or decoded
     _check_encoding(want, f"{topic} (requested encoding)")
-    return np.ascontiguousarray(_convert(img, decoded, want, topic))
+    return np.ascontiguousarray(convert_encoding(img, decoded, want, topic))
 
 
 def fill_compressed(msg: Any, array: np.ndarray, encoding: str, fmt: str = "png", quality: int = 95,
@@ -245,7 +249,7 @@ def fill_compressed(msg: Any, array: np.ndarray, encoding: str, fmt: str = "png"
                                f"got shape {tuple(np.shape(array))} {arr.dtype}")
     # OpenCV encodes colour as BGR(A): convert, and name both encodings as image_transport does
     stored = {3: "bgr8", 4: "bgra8"}.get(channels, encoding)
-    coded = _convert(arr, encoding, stored, topic) if channels > 1 else arr
+    coded = convert_encoding(arr, encoding, stored, topic) if channels > 1 else arr
     params = [cv2.IMWRITE_JPEG_QUALITY, quality] if fmt == "jpeg" else [cv2.IMWRITE_PNG_COMPRESSION, 3]
     ok, buf = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", np.ascontiguousarray(coded), params)
     if not ok:
