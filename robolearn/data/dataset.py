@@ -83,9 +83,13 @@ class ImageLayout:
         """
         object.__setattr__(self, "shape", tuple(int(x) for x in self.shape))
         if self.order not in IMAGE_ORDERS:
-            raise DatasetError(f"image layout order: expected one of {list(IMAGE_ORDERS)}, got {self.order!r}")
+            raise DatasetError(
+                f"image layout order: expected one of {list(IMAGE_ORDERS)}, got {self.order!r}"
+            )
         if len(self.shape) != 3 or min(self.shape) < 1:
-            raise DatasetError(f"image layout shape: expected 3 positive sizes ({self.order}), got {self.shape}")
+            raise DatasetError(
+                f"image layout shape: expected 3 positive sizes ({self.order}), got {self.shape}"
+            )
         if self.channels and (len(self.channels) != self.num_channels or not self.channels.isalpha()):
             raise DatasetError(
                 f"image layout channels: expected {self.num_channels} letters (one per channel, e.g. 'RGB'), "
@@ -111,7 +115,12 @@ class ImageLayout:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (how files store it)."""
-        return {"shape": list(self.shape), "order": self.order, "channels": self.channels, "dtype": self.dtype}
+        return {
+            "shape": list(self.shape),
+            "order": self.order,
+            "channels": self.channels,
+            "dtype": self.dtype,
+        }
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> ImageLayout:

@@ -68,9 +68,11 @@ _CHUNK_BYTES = 1 << 20
 
 
 IMAGE_CHUNK_FRAMES = 1
-"""Frames per chunk of an image group. One: a random batch decompresses exactly its own frames, and
-gzip's 32 KiB window gains almost nothing across frames (measured in /work/bench/vision_data.md:
-84x84x3 rendered-like frames, gzip 4, 1 vs 4 vs 16 frames per chunk)."""
+"""Frames per chunk of an image group. One: a random batch decompresses exactly its own frames
+(about half the read time of 4 or 16 frames per chunk), at the price of a larger file, since
+deflate cannot reuse the previous frame's identical background across chunks (fixed-camera
+renders: 16 frames per chunk with gzip 6 is ~3.5x smaller; BENCHMARKS.md, "Image datasets").
+Archives pass ``image_chunk_frames`` to :func:`write_robolearn`."""
 
 _IMAGE_ATTR = "image_layout"
 
@@ -113,7 +115,11 @@ def _put_frames(
     n = int(frames.shape[0])
     chunk = (min(chunk_frames, n), *layout.shape)
     ds = f.create_dataset(
-        name, shape=(n, *layout.shape), dtype=np.uint8, chunks=chunk, **_filter_opts(compression, level, False)
+        name,
+        shape=(n, *layout.shape),
+        dtype=np.uint8,
+        chunks=chunk,
+        **_filter_opts(compression, level, False),
     )
     block = 256
     for lo in range(0, n, block):
@@ -198,7 +204,9 @@ def write_robolearn(
                 for k, v in (group or {}).items():
                     layout = dataset.image_layouts.get(k)
                     if layout is not None:
-                        _put_frames(f, f"{key}/{k}", v, layout, int(chunk_frames), compression, compression_level)
+                        _put_frames(
+                            f, f"{key}/{k}", v, layout, int(chunk_frames), compression, compression_level
+                        )
                     else:
                         _put(f, f"{key}/{k}", v, compression, compression_level)
             for key in ("actions", "rewards", "terminals", "timeouts", "episode_lengths"):
@@ -226,7 +234,9 @@ def _read(f: h5py.Group, name: str, where: str, required: bool = True) -> np.nda
     return node[()]
 
 
-def _read_tree(f: h5py.Group, name: str, where: str, skip: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+def _read_tree(
+    f: h5py.Group, name: str, where: str, skip: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """Every array under group ``name`` keyed by its path below it (``infos/qpos`` -> ``qpos``),
     except the keys in ``skip`` (left in the file).
     """
@@ -264,8 +274,14 @@ class HDF5Frames(FrameSource):
     whose inherited handle must not be shared; :meth:`close` releases it.
     """
 
-    def __init__(self, path: str | Path, name: str, shape: tuple[int, ...], chunk_frames: int,
-                 device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        name: str,
+        shape: tuple[int, ...],
+        chunk_frames: int,
+        device: str | torch.device = "cpu",
+    ) -> None:
         """``name``: the array's path in the file; ``chunk_frames``: frames per stored chunk."""
         super().__init__(shape, device)
         self.path = Path(path)
@@ -389,8 +405,13 @@ def inspect_robolearn(path: str | Path) -> DatasetFileInfo:
             metadata = DatasetMetadata.from_json(str(f.attrs.get("metadata", "{}")))
             rewards, lengths = f.get("rewards"), f.get("episode_lengths")
             if not isinstance(rewards, h5py.Dataset) or not isinstance(lengths, h5py.Dataset):
-                raise DatasetError(f"{path}: a robolearn dataset file without its rewards/episode_lengths arrays")
-            sizes = int(rewards.shape[0]) if rewards.shape else 0, int(lengths.shape[0]) if lengths.shape else 0
+                raise DatasetError(
+                    f"{path}: a robolearn dataset file without its rewards/episode_lengths arrays"
+                )
+            sizes = (
+                int(rewards.shape[0]) if rewards.shape else 0,
+                int(lengths.shape[0]) if lengths.shape else 0,
+            )
             layouts = _image_layouts(f, str(path))
     if not ok:
         raise DatasetError(f"{path} is not a robolearn dataset: it is {_what_it_holds(path)}")
@@ -452,7 +473,12 @@ def read_robolearn(
             for k in lazy:
                 node = f.get(f"{key}/{k}")
                 if tree is not None and isinstance(node, h5py.Dataset):
-                    chunks = node.chunks[0] if node.chunks else int(node.shape[0])
+                    if node.dtype != np.uint8:  # the eager path's Dataset check, before any frame is read
+                        raise DatasetError(
+                            f"{key}/{k}: an image group must be uint8, got {node.dtype} in {where}"
+                        )
+                    # An unchunked (contiguous) array reads one frame as cheaply as a chunk of one.
+                    chunks = node.chunks[0] if node.chunks else 1
                     tree[k] = HDF5Frames(Path(path), f"{key}/{k}", tuple(node.shape), chunks)
         fields = {
             k: _read(f, k, where) for k in ("actions", "rewards", "terminals", "timeouts", "episode_lengths")
@@ -532,7 +558,9 @@ def read_d4rl(
     where = str(path)
     with _open(path) as f:
         if f.attrs.get("format") == FORMAT_NAME:
-            raise DatasetError(f"format: {where} is a robolearn dataset file, not a D4RL one; read it with Dataset.load")
+            raise DatasetError(
+                f"format: {where} is a robolearn dataset file, not a D4RL one; read it with Dataset.load"
+            )
         raw = {k: _read(f, k, where) for k in ("observations", "actions", "rewards", "terminals")}
         raw_timeouts = _read(f, "timeouts", where, required=False)
         raw_next = _read(f, "next_observations", where, required=False)

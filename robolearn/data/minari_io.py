@@ -184,7 +184,10 @@ def read_minari(
     layouts: dict[str, Any] | None = None
     if _LAYOUT_KEY in raw_meta:
         try:
-            layouts = {mapping.get(k, k): ImageLayout.from_dict(v) for k, v in json.loads(str(raw_meta[_LAYOUT_KEY])).items()}
+            layouts = {
+                mapping.get(k, k): ImageLayout.from_dict(v)
+                for k, v in json.loads(str(raw_meta[_LAYOUT_KEY])).items()
+            }
         except (json.JSONDecodeError, AttributeError) as e:
             raise DatasetError(f"{dataset_id}: unreadable {_LAYOUT_KEY} in its metadata ({e})") from e
     dataset = Dataset.from_episodes(episodes(), metadata=metadata, image_layouts=layouts)
