@@ -1,5 +1,6 @@
 """Policy export: ONNX/TorchScript with normalisation folded in, and the typed I/O manifest;
-chunked generative policies export their sampler with the noise as an input (``chunked``).
+chunked generative policies export their sampler with the noise as an input (``chunked``); policies
+with uint8 image inputs export with the images declared in the manifest (``vision``).
 """
 
 from robolearn.export.chunked import chunk_runner, export_chunk_policy, export_generative
@@ -15,6 +16,7 @@ from robolearn.export.exporter import (
     read_manifest,
     sha256_file,
 )
+from robolearn.export.vision import export_image_policy, image_policy_runner
 
 __all__ = [
     "FORMATS",
@@ -26,7 +28,9 @@ __all__ = [
     "chunk_runner",
     "export_chunk_policy",
     "export_generative",
+    "export_image_policy",
     "export_policy",
+    "image_policy_runner",
     "load_manifest",
     "read_manifest",
     "sha256_file",

@@ -33,11 +33,19 @@ the chunk execution and draws the noise; the manifest (version 4) says how (``ch
 distribution), and the parity check compares torch and the exported graph over several non-zero
 noise draws.
 
+A policy with **image inputs** (``robolearn.export.vision.export_image_policy``) takes the
+camera's ``uint8`` bytes, normalised inside the graph, as one input per image (``image`` ``[B, H,
+W, C]`` or ``[B, C, H, W]``, frames stacked along the channels), then optionally ``obs`` (the
+vector groups, as above); the manifest (version 5) declares each image input (``images``:
+:class:`robolearn.spec.manifest.ImageInputSpec`: name, group, shape, dtype, layout, colour order,
+frames, the in-graph normalisation).
+
 Manifest versions: a policy with neither hidden state nor several input groups is written as
 version 2 (the layout it needs, so a runtime that predates recurrent policies still loads it);
 a recurrent or multi-group one as version 3, which such a runtime refuses rather than run the
 network without its state or with only part of its input; a chunked one as version 4, which a
-runtime without chunk execution refuses rather than play a chunk as one action.
+runtime without chunk execution refuses rather than play a chunk as one action; one with image
+inputs as version 5, which a runtime without cameras refuses rather than feed it a vector.
 """
 
 from __future__ import annotations
@@ -61,31 +69,43 @@ import torch
 from torch import nn
 
 from robolearn.spec import PolicySpec
-from robolearn.spec.manifest import ChunkPolicySpec, SpecError, StateSpec, load_states
+from robolearn.spec.manifest import (
+    ChunkPolicySpec,
+    ImageInputSpec,
+    SpecError,
+    StateSpec,
+    load_images,
+    load_states,
+)
 from robolearn.types import assert_reads
 from robolearn.utils.config import ConfigError, read_json_object
 from robolearn.utils.version import VERSION
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 4
+MANIFEST_VERSION = 5
 """The newest manifest layout; 2 adds ``policy_spec`` (the typed spec, validated on load), 3 adds
 ``recurrent`` (the hidden states a recurrent network reads and returns) and ``inputs[0].groups``
 (the observation groups a multi-group input concatenates), 4 adds ``chunking`` and ``sampler`` (a
-chunked generative policy). Each policy is written in the oldest layout that holds it: single-group
-feed-forward policies still as version 2 (:data:`FEEDFORWARD_MANIFEST_VERSION`), recurrent and
-multi-group ones as version 3 (:data:`STATEFUL_MANIFEST_VERSION`), only chunked ones as 4."""
+chunked generative policy), 5 adds ``images`` (a network's uint8 image inputs). Each policy is
+written in the oldest layout that holds it: single-group feed-forward policies still as version 2
+(:data:`FEEDFORWARD_MANIFEST_VERSION`), recurrent and multi-group ones as version 3
+(:data:`STATEFUL_MANIFEST_VERSION`), only chunked ones as 4, only image ones as 5."""
 FEEDFORWARD_MANIFEST_VERSION = 2
 """The layout a single-group policy without hidden state is written in (the oldest one with a typed spec)."""
 STATEFUL_MANIFEST_VERSION = 3
 """The layout of a recurrent or multi-group policy."""
 CHUNKED_MANIFEST_VERSION = 4
 """The layout of a chunked generative policy (``chunking`` and ``sampler`` sections)."""
+IMAGE_MANIFEST_VERSION = 5
+"""The layout of a policy with image inputs (``images`` section; the images first among ``inputs``)."""
+IMAGE_NORMALIZATION = "inside the network: float(x) * scale + offset"
+"""What an image input entry of ``inputs`` says about its normalisation (the caller feeds bytes)."""
 INPUT_GROUP_FIELDS = ("group", "start", "dim", "shape", "history_length", "terms")
 """Fields of one entry of a multi-group input's ``inputs[0].groups`` (manifest version 3)."""
-READABLE_MANIFESTS = (1, 2, 3, 4)
+READABLE_MANIFESTS = (1, 2, 3, 4, 5)
 """Manifest versions :func:`load_manifest` reads (1: hashes verified, no typed spec)."""
-TYPED_MANIFESTS = (2, 3, 4)
+TYPED_MANIFESTS = (2, 3, 4, 5)
 """Manifest versions with a typed policy spec (:class:`ExportManifest` reads them)."""
 PARITY_STEPS = 50
 """Control steps of the recurrent parity sequence (the state carried through all of them)."""
@@ -486,9 +506,20 @@ class ExportManifest:
     chunk: ChunkPolicySpec | None = None
     """A chunked generative policy's chunk execution and sampler (``None``: the network maps one
     observation to one action). Written as ``chunking`` and ``sampler`` (manifest version 4)."""
+    images: tuple[ImageInputSpec, ...] = ()
+    """The network's image inputs, in input order before ``obs`` (empty: none). Written under
+    ``images`` and first among ``inputs`` (manifest version 5). An image policy without a vector
+    input has ``obs_group`` empty and no :attr:`obs_groups`."""
 
     def __post_init__(self) -> None:
         """Normalise :attr:`obs_groups` (it starts with :attr:`obs_group`)."""
+        if self.images and (self.chunk is not None or self.states):
+            raise ValueError("images: an image policy is feed-forward and not chunked (a recurrent or chunked one is not supported)")
+        if not self.obs_group:
+            if not self.images or self.obs_groups:
+                raise ValueError(f"obs_group: expected a group name (only an image policy may have no vector input), got {self.obs_group!r}")
+            object.__setattr__(self, "obs_groups", ())
+            return
         groups = tuple(self.obs_groups) or (self.obs_group,)
         if groups[0] != self.obs_group:
             raise ValueError(f"obs_groups: expected the input groups to start with obs_group {self.obs_group!r}, got {list(groups)}")
@@ -524,10 +555,22 @@ class ExportManifest:
         return self.frame_dim * (self.chunk.chunking.obs_history if self.chunk is not None else 1)
 
     @property
+    def has_images(self) -> bool:
+        """Whether the network takes image inputs (manifest version 5)."""
+        return bool(self.images)
+
+    @property
+    def input_groups(self) -> tuple[str, ...]:
+        """Every observation group the network reads: the vector input's, then the images'."""
+        return tuple(dict.fromkeys([*self.obs_groups, *(i.group for i in self.images)]))
+
+    @property
     def version(self) -> int:
-        """The layout this manifest is written in: 4 when chunked, 3 with hidden states or several
-        input groups, else 2.
+        """The layout this manifest is written in: 5 with image inputs, 4 when chunked, 3 with
+        hidden states or several input groups, else 2.
         """
+        if self.images:
+            return IMAGE_MANIFEST_VERSION
         if self.chunk is not None:
             return CHUNKED_MANIFEST_VERSION
         return STATEFUL_MANIFEST_VERSION if self.states or self.multi_group else FEEDFORWARD_MANIFEST_VERSION
@@ -545,11 +588,12 @@ class ExportManifest:
     def to_dict(self) -> dict[str, Any]:
         """The ``manifest.json`` mapping, ``content_hash`` included."""
         spec = self.spec.to_dict()
+        inputs: list[dict[str, Any]] = [self._image_input(i) for i in self.images]
         if self.multi_group:
-            inputs: list[dict[str, Any]] = [self._multi_group_input(spec)]
-        else:
+            inputs.append(self._multi_group_input(spec))
+        elif self.obs_groups:
             group = spec["observations"][self.obs_group]
-            inputs = [
+            inputs.append(
                 {
                     "name": "obs",
                     "group": self.obs_group,
@@ -559,7 +603,7 @@ class ExportManifest:
                     "normalization": "folded into the network",
                     "terms": group["terms"],
                 }
-            ]
+            )
         outputs: list[dict[str, Any]] = [
             {"name": "action", "shape": [-1, self.spec.action_dim], "dtype": "float32", "terms": spec["actions"]}
         ]
@@ -590,8 +634,18 @@ class ExportManifest:
         if self.chunk is not None:
             # Version 4 only: how to run the sampler (ChunkExecutor) and draw its noise.
             manifest.update(self.chunk.to_dict())
+        if self.images:
+            # Version 5 only: the typed image inputs (the inputs entries repeat them with the batch axis).
+            manifest["images"] = [i.to_dict() for i in self.images]
         manifest["content_hash"] = _content_hash(manifest)
         return manifest
+
+    @staticmethod
+    def _image_input(image: ImageInputSpec) -> dict[str, Any]:
+        """The ``inputs`` entry of one image input: the caller's bytes, batch first."""
+        return {"name": image.name, "group": image.group, "shape": [-1, *image.shape], "dtype": image.dtype,
+                "layout": image.layout, "color": image.color, "frames": image.frames,
+                "normalization": IMAGE_NORMALIZATION, "scale": image.scale, "offset": image.offset}
 
     def _chunked_io(self, obs: dict[str, Any], spec: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The ``inputs`` (``obs``: the stacked frames; the noise) and ``outputs`` (the chunk) of a
@@ -634,6 +688,10 @@ class ExportManifest:
             )
         spec = PolicySpec.from_dict(data.get("policy_spec"), f"{where}.policy_spec")
         chunk = _read_chunk(data, version, spec, where)  # first: a relabelled chunked manifest is named as such
+        if version == IMAGE_MANIFEST_VERSION:
+            return cls._from_image_dict(data, spec, where)
+        if "images" in data:
+            raise ExportError(f"{where}.images: a version-{version} manifest has no images section (version 5 has)")
         groups = _read_input_groups(data, version, spec, where)
         states, steps = _read_recurrent(data, version, where, multi_group=len(groups) > 1)
         try:
@@ -657,6 +715,47 @@ class ExportManifest:
             )
         return manifest
 
+    @classmethod
+    def _from_image_dict(cls, data: Mapping[str, Any], spec: PolicySpec, where: str) -> ExportManifest:
+        """A version-5 manifest: its ``images`` (validated against the spec), the matching entries
+        first among ``inputs``, then an optional ``obs`` entry (one group or several), ``action`` out.
+        """
+        images = load_images(data.get("images"), f"{where}.images", spec)
+        if data.get("recurrent") is not None:
+            raise ExportError(f"{where}.recurrent: an image policy (version 5) has no recurrent section")
+        inputs = data.get("inputs")
+        if not isinstance(inputs, list) or not all(isinstance(e, Mapping) for e in inputs):
+            raise SpecError(f"{where}.inputs: expected a list of objects, got {inputs!r}")
+        names = [e.get("name") for e in inputs]
+        n = len(images)
+        if names[:n] != [i.name for i in images] or names[n:] not in ([], ["obs"]):
+            raise ExportError(f"{where}.inputs: expected the tensors {[i.name for i in images]} (images), then optionally 'obs'; got {names}")
+        for k, image in enumerate(images):
+            want = cls._image_input(image)
+            for key in sorted(set(want) | set(inputs[k])):
+                if inputs[k].get(key) != want.get(key):
+                    raise SpecError(f"{where}.inputs[{k}].{key}: expected {want.get(key)!r} (images[{k}]), got {inputs[k].get(key)!r}")
+        groups: tuple[str, ...] = ()
+        if len(inputs) > n:
+            groups = _read_input_groups(data, IMAGE_MANIFEST_VERSION, spec, where, index=n)
+            for g in groups:
+                if g not in spec.observations:
+                    raise SpecError(f"{where}.inputs[{n}].group: the policy spec has no group {g!r}")
+                if g in (i.group for i in images):
+                    raise SpecError(f"{where}.inputs[{n}].group: {g!r} is an image input's group")
+        try:
+            outputs = [str(e["name"]) for e in data["outputs"]]
+            if outputs != ["action"]:
+                raise ValueError(f"outputs are {outputs}, expected ['action']")
+            files = {
+                str(fmt): Artifact(str(e["path"]), str(e["sha256"]), float(e["parity_max_abs_err"]))
+                for fmt, e in data["files"].items()
+            }
+            return cls(spec, groups[0] if groups else "", files, int(data["parity_samples"]), str(data["created"]),
+                       str(data["robolearn_version"]), obs_groups=groups, images=images)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise ExportError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
+
     def _check_names(self, names: tuple[list[str], list[str]], where: str) -> ExportManifest:
         """``self`` when the listed inputs and outputs are the network's (``obs`` and the state
         inputs; ``action`` and the state outputs), else :class:`ExportError` naming the list.
@@ -675,24 +774,25 @@ class ExportManifest:
         """Refuse (:class:`~robolearn.spec.SpecMismatch`, the first difference named) a robot whose
         declared spec does not give this policy its input groups, actions, joints and control rate.
         """
-        self.spec.check_compatible(robot, groups=list(self.obs_groups))
+        self.spec.check_compatible(robot, groups=list(self.input_groups))
 
 
-def _read_input_groups(data: Mapping[str, Any], version: int, spec: PolicySpec, where: str) -> tuple[str, ...]:
-    """The observation groups of a manifest's ``obs`` input, in order: ``inputs[0].group``, or (version
-    3) the entries of ``inputs[0].groups``, each checked against the policy spec (a deployable group
-    of the spec, at the columns the groups before it leave, its width) and the row's total width.
+def _read_input_groups(data: Mapping[str, Any], version: int, spec: PolicySpec, where: str, index: int = 0) -> tuple[str, ...]:
+    """The observation groups of a manifest's ``obs`` input (``inputs[index]``: 0, or after the
+    images in version 5), in order: its ``group``, or (version 3 or 5) the entries of its ``groups``,
+    each checked against the policy spec (a deployable group of the spec, at the columns the groups
+    before it leave, its width) and the row's total width.
     """
     try:
-        inp = data["inputs"][0]
+        inp = data["inputs"][index]
         listed = inp.get("groups") if isinstance(inp, Mapping) else None
         if listed is None:
             return (str(inp["group"]),)
     except (KeyError, TypeError, IndexError) as exc:
         raise ExportError(f"{where}: malformed ({type(exc).__name__}: {exc})") from None
-    w = f"{where}.inputs[0].groups"
-    if version != STATEFUL_MANIFEST_VERSION:
-        raise ExportError(f"{w}: a version-{version} manifest has one input group (version 3 lists several)")
+    w = f"{where}.inputs[{index}].groups"
+    if version not in (STATEFUL_MANIFEST_VERSION, IMAGE_MANIFEST_VERSION):
+        raise ExportError(f"{w}: a version-{version} manifest has one input group (versions 3 and 5 list several)")
     if not isinstance(listed, list) or len(listed) < 2:
         raise SpecError(f"{w}: expected a list of two or more groups (one group is written as inputs[0].group), got {listed!r}")
     groups: list[str] = []
@@ -723,7 +823,7 @@ def _read_input_groups(data: Mapping[str, Any], version: int, spec: PolicySpec, 
         start += width
     shape = inp.get("shape")
     if shape != [-1, start]:
-        raise SpecError(f"{where}.inputs[0].shape: expected [-1, {start}] (the groups' widths summed), got {shape!r}")
+        raise SpecError(f"{where}.inputs[{index}].shape: expected [-1, {start}] (the groups' widths summed), got {shape!r}")
     return tuple(groups)
 
 
@@ -794,8 +894,9 @@ def build_manifest(
 
 
 def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a manifest (version 1, 2 or 3) and verify its content hash and every artifact's SHA-256;
-    a version-2 or -3 manifest's policy spec (and version 3's recurrent states) are validated too.
+    """Read a manifest (versions 1 to 5) and verify its content hash and every artifact's SHA-256;
+    a typed manifest's policy spec (and version 3's recurrent states, version 4's chunk sections,
+    version 5's image inputs) are validated too.
     Raise :class:`ExportError` on any mismatch (:class:`~robolearn.spec.SpecError` for a bad field).
     """
     path = Path(path)
@@ -824,6 +925,6 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> ExportManifest:
-    """:func:`load_manifest` (hashes verified) as the typed :class:`ExportManifest` (versions 2 and 3)."""
+    """:func:`load_manifest` (hashes verified) as the typed :class:`ExportManifest` (versions 2 to 5)."""
     manifest = load_manifest(path)
     return ExportManifest.from_dict(manifest, f"manifest {path}")

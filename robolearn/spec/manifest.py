@@ -35,6 +35,12 @@ A chunked generative policy (``robolearn.nn.generative``) is run through
 distribution); the export manifest writes them as its ``chunking`` and ``sampler`` sections
 (manifest version 4, chunked policies only).
 
+A policy with image inputs takes the camera's ``uint8`` bytes and normalises them inside its network:
+:class:`ImageInputSpec` declares one such input (input name, observation group, shape, dtype, layout
+``HWC``/``CHW``, colour order, frames stacked along the channels, the in-graph ``scale`` and
+``offset``), checked against the group's one-frame shape ``[H, W, C]`` in the policy spec; the export
+manifest lists them as its ``images`` section (manifest version 5, image policies only).
+
 Numbers that may be infinite (action bounds, clip ranges) are written as the strings ``"inf"`` and
 ``"-inf"``, which JSON lacks as numbers; NaN is never valid.
 """
@@ -564,6 +570,129 @@ class ChunkPolicySpec:
         return schema
 
 
+# -- image inputs (export manifest version 5) ------------------------------------------------------
+IMAGE_LAYOUTS = ("HWC", "CHW")
+"""Axis orders of an image input: ``[B, H, W, C]`` (cameras, OpenCV, the env's ``image`` group) or
+``[B, C, H, W]`` (torch's)."""
+IMAGE_COLORS = {"rgb": 3, "bgr": 3, "gray": 1}
+"""Channel orders of one frame and their channel counts."""
+IMAGE_DTYPES = ("uint8",)
+"""Pixel dtypes an exported image input may have: the camera's bytes, normalised inside the graph."""
+
+
+@dataclass(frozen=True)
+class ImageInputSpec:
+    """One image input of an exported network: the caller feeds the camera's bytes, stacked over
+    ``frames`` frames along the channel axis (oldest first), in ``layout``; the network itself
+    converts them to float as ``float(x) * scale + offset`` (``normalization: in_graph``), so the
+    caller does no arithmetic on the pixels.
+    """
+
+    name: str
+    """The network input that takes it (``image``)."""
+    shape: tuple[int, ...]
+    """One world's input as fed: ``[H, W, frames * C]`` (``HWC``) or ``[frames * C, H, W]`` (``CHW``);
+    the network's is ``[batch, *shape]``."""
+    layout: Literal["HWC", "CHW"]
+    """Axis order of :attr:`shape` (see :data:`IMAGE_LAYOUTS`)."""
+    group: str = "image"
+    """The observation group one frame comes from (its policy-spec shape is ``[H, W, C]``)."""
+    dtype: Literal["uint8"] = "uint8"
+    """Pixel dtype of the input (0..255)."""
+    color: Literal["rgb", "bgr", "gray"] = "rgb"
+    """Channel order within one frame (``rgb``: red first; ``bgr``: OpenCV's order; ``gray``: one channel)."""
+    frames: int = field(default=1, metadata=_min(1))
+    """Frames stacked along the channel axis, oldest first (frame ``t`` at channels ``t*C .. (t+1)*C - 1``)."""
+    normalization: Literal["in_graph"] = "in_graph"
+    """Where the pixels become floats: inside the network (the caller feeds raw bytes)."""
+    scale: float = field(default=1.0 / 255.0, metadata=_min(0.0, exclusive=True))
+    """Multiplier applied inside the network to ``float(x)``."""
+    offset: float = -0.5
+    """Added inside the network after :attr:`scale` (DrQ-v2's inputs lie in [-0.5, 0.5])."""
+
+    @property
+    def channels(self) -> int:
+        """Channels of the input (``frames`` times the frame's)."""
+        return self.shape[-1] if self.layout == "HWC" else self.shape[0]
+
+    @property
+    def frame_shape(self) -> tuple[int, int, int]:
+        """One frame as the observation group holds it: ``[H, W, C]``."""
+        h, w = (self.shape[0], self.shape[1]) if self.layout == "HWC" else (self.shape[1], self.shape[2])
+        return (h, w, IMAGE_COLORS[self.color])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON mapping."""
+        return _dump(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "image") -> ImageInputSpec:
+        """Read and validate one image input (:class:`SpecError` names the field and the value)."""
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        image = _load_dataclass(cls, data, where)
+        image.validate(where)
+        return image
+
+    def validate(self, where: str = "image", spec: PolicySpec | None = None) -> None:
+        """Check the name, shape, channels and scale; with ``spec``, that :attr:`group` is a
+        deployable group of it whose shape is one frame ``[H, W, C]`` of this input.
+        """
+        if not self.name.isidentifier() or self.name in ("obs", "action"):
+            raise SpecError(f"{where}.name: expected an identifier other than 'obs' and 'action', got {self.name!r}")
+        if len(self.shape) != 3 or any(d < 1 for d in self.shape):
+            raise SpecError(f"{where}.shape: expected three sizes >= 1 ({', '.join(self.layout)}), got {list(self.shape)}")
+        per_frame = IMAGE_COLORS[self.color]
+        if self.channels != self.frames * per_frame:
+            axis = "last" if self.layout == "HWC" else "first"
+            raise SpecError(
+                f"{where}.shape: the {axis} axis ({self.layout}) holds {self.channels} channels, expected "
+                f"frames x {self.color} channels = {self.frames} x {per_frame} = {self.frames * per_frame}"
+            )
+        if not math.isfinite(self.scale) or not math.isfinite(self.offset):
+            raise SpecError(f"{where}.scale/offset: expected finite numbers, got {self.scale!r}, {self.offset!r}")
+        if spec is None:
+            return
+        if self.group not in DEPLOYABLE_GROUPS:
+            raise SpecError(f"{where}.group: expected a deployable group ({', '.join(DEPLOYABLE_GROUPS)}), got {self.group!r}")
+        group = spec.observations.get(self.group)
+        if group is None:
+            raise SpecError(f"{where}.group: the policy spec has no group {self.group!r}; groups: {', '.join(spec.observations)}")
+        if tuple(group.shape) != self.frame_shape:
+            raise SpecError(
+                f"{where}.shape: one frame of it is {list(self.frame_shape)} [H, W, C], but "
+                f"policy_spec.observations.{self.group}.shape is {list(group.shape)}"
+            )
+
+    @staticmethod
+    def json_schema() -> dict[str, Any]:
+        """The JSON schema (draft 2020-12) of one image input (manifest version 5's ``images``)."""
+        from robolearn.spec.schema import schema_of
+
+        schema = schema_of(ImageInputSpec, "robolearn image input (manifest version 5)")
+        props = schema["$defs"]["ImageInputSpec"]["properties"]
+        props["shape"] = {**props["shape"], "minItems": 3, "maxItems": 3}
+        props["shape"]["items"] = {**props["shape"]["items"], "minimum": 1}
+        return schema
+
+
+def load_images(data: Any, where: str = "images", spec: PolicySpec | None = None,
+                reserved: Sequence[str] = ("obs", "action")) -> tuple[ImageInputSpec, ...]:
+    """A JSON list of image inputs, each validated (against ``spec`` when given), their names
+    distinct and none of ``reserved``; :class:`SpecError` names the field.
+    """
+    if not isinstance(data, list) or not data:
+        raise SpecError(f"{where}: expected a non-empty list of image inputs, got {data!r}")
+    images = tuple(ImageInputSpec.from_dict(item, f"{where}[{i}]") for i, item in enumerate(data))
+    seen: set[str] = set(reserved)
+    for i, image in enumerate(images):
+        image.validate(f"{where}[{i}]", spec)
+        if image.name in seen:
+            raise SpecError(f"{where}[{i}].name: {image.name!r} is already used")
+        seen.add(image.name)
+    return images
+
+
 def _check_range(value: tuple[float, float] | None, where: str) -> None:
     if value is not None and value[0] > value[1]:
         raise SpecError(f"{where}: low {value[0]} is above high {value[1]}")
@@ -776,6 +905,10 @@ __all__ = [
     "ActionTermSpec",
     "ChunkPolicySpec",
     "DelaySpec",
+    "IMAGE_COLORS",
+    "IMAGE_DTYPES",
+    "IMAGE_LAYOUTS",
+    "ImageInputSpec",
     "ModelSpec",
     "NoiseSpec",
     "ObsGroupSpec",
@@ -785,5 +918,6 @@ __all__ = [
     "SpecError",
     "SpecMismatch",
     "StateSpec",
+    "load_images",
     "load_states",
 ]
