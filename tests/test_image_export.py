@@ -15,7 +15,7 @@ from torch import nn
 
 import robolearn
 from robolearn.export import ExportError, ExportManifest, build_manifest, load_manifest, read_manifest
-from robolearn.export.vision import export_image_policy, image_policy_runner
+from robolearn.export.vision import export_image_policy, image_input_of, image_policy_runner
 from robolearn.nn.vision import CNNEncoder, MultiModalEncoder
 from robolearn.spec import PolicySpec
 from robolearn.spec.manifest import ImageInputSpec, SpecError, StateSpec
@@ -59,7 +59,7 @@ def exported(spec: dict, tmp_path_factory: pytest.TempPathFactory) -> tuple[_Pix
     torch.manual_seed(0)
     policy = _PixelPolicy((H, W, 3 * FRAMES), "HWC", PROPRIO, 1)
     out = tmp_path_factory.mktemp("pixels")
-    image = ImageInputSpec("image", (H, W, 3 * FRAMES), "HWC", frames=FRAMES)
+    image = image_input_of(policy.front.encoder)  # declared from the network: 2 RGB frames, HWC, x / 255 - 0.5
     return policy, out, export_image_policy(policy, spec, out, images=[image], obs_groups=("policy",))
 
 
@@ -171,6 +171,14 @@ def test_image_inputs_must_fit_the_policy_spec(spec: dict, tmp_path: Path) -> No
         export_image_policy(policy, spec, tmp_path, images=[ImageInputSpec("image", (3, H, W), "CHW")], obs_groups=("policy",),
                             parity_samples=2)
     assert not (tmp_path / "manifest.json").exists()
+
+
+def test_image_input_of_reads_the_encoder() -> None:
+    enc = CNNEncoder((9, 20, 20), layout="CHW")
+    assert image_input_of(enc, "cam") == ImageInputSpec("cam", (9, 20, 20), "CHW", frames=3, scale=1 / 255, offset=-0.5)
+    assert image_input_of(enc, color="gray").frames == 9
+    with pytest.raises(ValueError, match="color: the encoder's 8 channels are not whole rgb frames of 3"):
+        image_input_of(CNNEncoder((20, 20, 8), layout="HWC"))
 
 
 def test_policies_without_images_keep_their_layouts(spec: dict) -> None:

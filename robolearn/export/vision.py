@@ -20,6 +20,9 @@ image on which a wrong scale could hide) and random observations go through the 
 ONNX Runtime and TorchScript; the largest ``|exported - eager|`` is recorded and must be within
 ``atol``.
 
+A learner declares its images from its network with :func:`image_input_of` (the encoder's shape,
+layout, frames and normalisation), so the manifest cannot promise a normalisation the graph lacks.
+
 The ONNX graph comes from ``torch.export`` (``dynamo=True``) as for the other feed-forward policies.
 """
 
@@ -47,11 +50,29 @@ from robolearn.export.exporter import (
     _batch_axes,
     sha256_file,
 )
+from robolearn.nn.vision import PIXEL_OFFSET, PIXEL_SCALE, CNNEncoder
 from robolearn.spec import PolicySpec
-from robolearn.spec.manifest import ImageInputSpec, load_images
+from robolearn.spec.manifest import IMAGE_COLORS, ImageInputSpec, load_images
 from robolearn.types import assert_reads
 
 log = logging.getLogger(__name__)
+
+
+def image_input_of(encoder: CNNEncoder, name: str = "image", group: str = "image", color: str = "rgb") -> ImageInputSpec:
+    """The :class:`ImageInputSpec` of what ``encoder`` reads: its shape and layout, its frames (its
+    channels over ``color``'s), the normalisation it applies (:data:`robolearn.nn.vision.PIXEL_SCALE`,
+    :data:`~robolearn.nn.vision.PIXEL_OFFSET`) -- so a learner declares its images from its network.
+
+    Raises:
+        ValueError: ``color`` is unknown or the encoder's channels are not a whole number of frames.
+    """
+    if color not in IMAGE_COLORS:
+        raise ValueError(f"color: expected one of {', '.join(IMAGE_COLORS)}, got {color!r}")
+    per_frame = IMAGE_COLORS[color]
+    if encoder.in_channels % per_frame:
+        raise ValueError(f"color: the encoder's {encoder.in_channels} channels are not whole {color} frames of {per_frame}")
+    return ImageInputSpec(name, encoder.image_shape, encoder.layout, group=group, color=color,  # type: ignore[arg-type]
+                          frames=encoder.in_channels // per_frame, scale=PIXEL_SCALE, offset=PIXEL_OFFSET)
 
 
 def _as_specs(images: Sequence[ImageInputSpec | Mapping[str, Any]], spec: PolicySpec) -> tuple[ImageInputSpec, ...]:
@@ -233,4 +254,4 @@ def export_image_policy(
     return manifest
 
 
-__all__ = ["export_image_policy", "image_policy_runner", "input_names"]
+__all__ = ["export_image_policy", "image_input_of", "image_policy_runner", "input_names"]
