@@ -58,6 +58,8 @@ def test_colour_conversions_swap_channels_exactly_and_use_bt601_gray():
     bgr = ImagePipeline([ConvertColor("rgb2bgr")])(rgb)
     np.testing.assert_array_equal(bgr[0, 0], [[0, 0, 255], [0, 255, 0], [255, 0, 0]])
     np.testing.assert_array_equal(ImagePipeline([ConvertColor("bgr2rgb")])(bgr), rgb)
+    flipped = rgb[:, :, ::-1]  # a non-contiguous view (columns reversed) is converted as it reads
+    np.testing.assert_array_equal(ImagePipeline([ConvertColor("rgb2bgr")])(flipped), rgb[:, :, ::-1, ::-1])
     gray = ImagePipeline([ConvertColor("rgb2gray")])(rgb)
     assert gray.shape == (2, 1, 3, 1)
     # Y = 0.299 R + 0.587 G + 0.114 B, rounded
