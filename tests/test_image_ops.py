@@ -214,3 +214,5 @@ def test_bad_images_are_named():
         ImagePipeline([ConvertColor("rgb2gray")])(img[..., :1])
     with pytest.raises(ImageOpError, match="undistort: images are 8x8.*128x96"):
         ImagePipeline([Undistort(DISTORTED)])(img)
+    with pytest.raises(ImageOpError, match="undistort: the images reaching it are 64x48.*128x96"):
+        ImagePipeline([Resize(64, 48), Undistort(DISTORTED)]).intrinsics(DISTORTED)

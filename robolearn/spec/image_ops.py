@@ -392,7 +392,12 @@ class Undistort(ImageStep):
         return out
 
     def intrinsics(self, camera: CameraIntrinsics) -> CameraIntrinsics:
-        """The same camera matrix without distortion."""
+        """The step's camera matrix without distortion (the input must be that camera's size: an
+        undistortion placed after a resize or crop needs the intrinsics of the resized or cropped images).
+        """
+        if (camera.width, camera.height) != (self.camera.width, self.camera.height):
+            raise ImageOpError(f"undistort: the images reaching it are {camera.width}x{camera.height} (width x height), "
+                               f"its intrinsics are for {self.camera.width}x{self.camera.height}")
         return replace(self.camera, distortion=(0.0,) * 5)
 
 
