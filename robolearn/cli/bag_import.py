@@ -30,7 +30,9 @@ The mapping file (YAML; ``configs/bag_mappings/cartpole.yaml`` is an example)::
       max_age_s: null                 # refuse a tick whose latest image is older (a stalled camera)
 
 Each tick's frame is the latest image stamped at or before it (uint8 ``[T, H, W, C]``, the
-``image`` group; its final observation likewise); ticks before the first image are dropped.
+``image`` group; its final observation likewise); ticks before the first image are dropped. The
+frames are held in memory at their size after ``steps``: for a long high-resolution log give a
+``resize`` step (640x480 RGB is 0.9 MB a frame; 84x84 is 21 kB).
 
 Episodes end as time-outs (the recording was cut) unless a termination term fired. The task's
 ``qpos`` must be its 1-DoF joints (hinge, slide): a floating base is not in a JointState.
