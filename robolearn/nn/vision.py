@@ -147,7 +147,7 @@ class RandomShift(nn.Module):
     DrQ-v2 computes the same crop with ``grid_sample`` (bilinear) at integer offsets, where the
     bilinear weights are 0 and 1; here the crop is a gather, which is exact (no float rounding of
     the sampling grid), needs no float copy and keeps ``uint8`` images ``uint8`` (replay buffers
-    store bytes). Batched: one gather for the whole batch, no Python loop over samples.
+    store bytes). Batched: one ``torch.gather`` for the whole batch, no Python loop over samples.
     """
 
     def __init__(self, pad: int = 4) -> None:
@@ -183,21 +183,26 @@ class RandomShift(nn.Module):
             The shifted batch (same shape, dtype and layout): ``out[y, x] = in[clamp(y - dy), clamp(x - dx)]``,
             so content at ``(x, y)`` moves to ``(x + dx, y + dy)``; and the ``[B, 2]`` shifts when asked.
         """
-        chw = to_chw(images, layout)
-        b, _, h, w = chw.shape
+        _check_layout(layout)
+        if images.dim() != 4:
+            raise ValueError(f"images: expected a batch [B, {', '.join(layout)}], got shape {list(images.shape)}")
+        b, c, h, w = images.shape if layout == "CHW" else (images.shape[0], images.shape[3], images.shape[1], images.shape[2])
         if shifts is None:
             shifts = self.draw(b, generator, images.device)
         elif tuple(shifts.shape) != (b, 2) or bool((shifts.abs() > self.pad).any()):
             raise ValueError(f"shifts: expected [{b}, 2] integers in [-{self.pad}, {self.pad}], got {shifts.tolist()}")
         shifts = shifts.to(device=images.device, dtype=torch.long)
         # Replicate padding then a crop at (pad - dx, pad - dy) equals reading the source pixel
-        # clamped to the image: the gather below indexes the unpadded image with clamped indices.
+        # clamped to the image: one gather of the unpadded image at clamped flat indices, the index
+        # expanded (a view) over the channels. 3.5x faster than advanced indexing for CHW uint8
+        # 9x84x84 at batch 256 on one loaded CPU core (25 vs 86 ms).
         rows = (torch.arange(h, device=images.device)[None, :] - shifts[:, 1:2]).clamp_(0, h - 1)  # [B, H]
         cols = (torch.arange(w, device=images.device)[None, :] - shifts[:, 0:1]).clamp_(0, w - 1)  # [B, W]
-        batch = torch.arange(b, device=images.device)[:, None, None]
-        # Advanced indexing on (batch, row, col) with channels sliced: the result is [B, H, W, C].
-        hwc = chw.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]
-        out = hwc if layout == "HWC" else hwc.permute(0, 3, 1, 2).contiguous()
+        flat = (rows[:, :, None] * w + cols[:, None, :]).reshape(b, h * w)
+        if layout == "CHW":
+            out = torch.gather(images.reshape(b, c, h * w), 2, flat[:, None, :].expand(b, c, h * w)).reshape(b, c, h, w)
+        else:
+            out = torch.gather(images.reshape(b, h * w, c), 1, flat[:, :, None].expand(b, h * w, c)).reshape(b, h, w, c)
         return (out, shifts) if return_shifts else out
 
 
