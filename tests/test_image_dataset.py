@@ -52,7 +52,7 @@ def image_dataset(order: str = "HWC", **kwargs) -> Dataset:
 @pytest.mark.parametrize("order", ["HWC", "CHW"])
 @pytest.mark.parametrize(("compression", "level"), [("gzip", 4), ("gzip", 1), ("lzf", None)])
 def test_robolearn_round_trip_is_bit_exact_chunked_and_compressed(tmp_path, order, compression, level):
-    ds = image_dataset(order, image_layouts={"image": ImageLayout(frames(order).shape[1:], order, "RGB")})
+    ds = image_dataset(order, image_layouts={"image": ImageLayout(frames(order).shape[1:], order, "rgb")})
     assert ds.observations["image"].dtype == torch.uint8  # never converted to float
     path = ds.save(tmp_path / "img.h5", compression=compression, compression_level=level)
     frame = (SIDE, SIDE, 3) if order == "HWC" else (3, SIDE, SIDE)
@@ -66,11 +66,11 @@ def test_robolearn_round_trip_is_bit_exact_chunked_and_compressed(tmp_path, orde
             assert not node.shuffle  # one-byte elements: shuffling would only cost time
             assert json.loads(node.attrs["image_layout"]) == {
                 "shape": list(frame),
-                "order": order,
-                "channels": "RGB",
+                "layout": order,
+                "color": "rgb",
                 "dtype": "uint8",
             }
-    assert inspect_robolearn(path).image_layouts == {"image": ImageLayout(frame, order, "RGB")}
+    assert inspect_robolearn(path).image_layouts == {"image": ImageLayout(frame, order, "rgb")}
     for lazy in (False, True):
         back = Dataset.load(path, lazy_images=lazy)
         image = back.observations["image"]
@@ -105,13 +105,19 @@ def test_layouts_are_inferred_or_declared():
     assert image_dataset("CHW").image_layouts == {"image": ImageLayout((3, SIDE, SIDE), "CHW")}
     layout = image_dataset("HWC", image_layouts={"image": "HWC"}).image_layouts["image"]
     assert (layout.height, layout.width, layout.num_channels) == (SIDE, SIDE, 3)
-    chw = ImageLayout((3, 16, 8), "CHW", "BGR")
+    chw = ImageLayout((3, 16, 8), "CHW", "bgr")
     assert (chw.height, chw.width, chw.num_channels) == (16, 8, 3)
     assert ImageLayout.from_dict(chw.to_dict()) == chw
-    assert ImageLayout.infer((4, 4, 4)).order == "HWC"  # a tie is channels-last
-    with pytest.raises(DatasetError, match=r"channels: expected 3 letters .* got 'RGBA'"):
-        ImageLayout((SIDE, SIDE, 3), "HWC", "RGBA")
-    with pytest.raises(DatasetError, match=r"order: expected one of \['HWC', 'CHW'\], got 'WHC'"):
+    assert ImageLayout.infer((4, 4, 4)).layout == "HWC"  # a tie is channels-last
+    assert ImageLayout((SIDE, SIDE, 9), "HWC", "rgb").frames == 3  # three stacked RGB frames
+    assert ImageLayout((SIDE, SIDE, 3)).frames is None  # colour not declared
+    with pytest.raises(
+        DatasetError, match=r"color: 3 channels are not whole 'rgba' frames \(4 channels each\)"
+    ):
+        ImageLayout((SIDE, SIDE, 3), "HWC", "rgba")
+    with pytest.raises(DatasetError, match=r"color: expected one of .* got 'RGB'"):
+        ImageLayout((SIDE, SIDE, 3), "HWC", "RGB")
+    with pytest.raises(DatasetError, match=r"image layout: expected one of \['HWC', 'CHW'\], got 'WHC'"):
         ImageLayout((SIDE, SIDE, 3), "WHC")
 
 
@@ -191,7 +197,7 @@ def test_frame_source_indexing_and_pickling(tmp_path):
 @pytest.mark.parametrize("order", ["HWC", "CHW"])
 def test_minari_round_trip_of_images(tmp_path, monkeypatch, order):
     minari = pytest.importorskip("minari")
-    ds = image_dataset(order, image_layouts={"image": ImageLayout(frames(order).shape[1:], order, "RGB")})
+    ds = image_dataset(order, image_layouts={"image": ImageLayout(frames(order).shape[1:], order, "rgb")})
     root = tmp_path / "minari"
     # From lazily read frames, so the export streams episode by episode.
     lazy = Dataset.load(ds.save(tmp_path / "img.h5"), lazy_images=True)

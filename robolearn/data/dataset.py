@@ -25,8 +25,8 @@ wins. Readers that cannot know the observation after a terminal step (D4RL files
 
 Images. A ``uint8`` observation group of frames ``[N, H, W, C]`` or ``[N, C, H, W]`` is an *image
 group* (the ``image`` group must be one): it stays ``uint8`` (converted to float only inside a
-network), and :attr:`Dataset.image_layouts` records each one's frame shape, dimension order and
-channel letters (:class:`ImageLayout`), which files keep. Frames may live in a file and be read on
+network), and :attr:`Dataset.image_layouts` records each one's frame shape, dimension order
+(``HWC``/``CHW``) and colour (:class:`ImageLayout`), which files keep. Frames may live in a file and be read on
 demand (:class:`FrameSource`, ``Dataset.load(..., lazy_images=True)``), so a sampled batch reads only
 its own frames.
 
@@ -59,41 +59,48 @@ from robolearn.data.validation import (
 from robolearn.types import IMAGE, POLICY, Batch, Obs
 from robolearn.utils.version import VERSION
 
-IMAGE_ORDERS: tuple[str, ...] = ("HWC", "CHW")
-"""Dimension orders of an image frame: channels last (cameras, OpenCV, Minari) or first (torch convolutions)."""
+IMAGE_LAYOUTS: tuple[str, ...] = ("HWC", "CHW")
+"""Dimension orders of an image frame: channels last (cameras, OpenCV, Minari) or first (torch
+convolutions); the same words as the export manifest's ``ImageInputSpec.layout``."""
+
+IMAGE_COLORS: dict[str, int] = {"": 0, "rgb": 3, "bgr": 3, "rgba": 4, "gray": 1}
+"""Channel meanings and channels per frame (``""``: not declared); a group of ``k`` stacked frames
+has ``k`` times as many channels."""
 
 
 @dataclass(frozen=True)
 class ImageLayout:
-    """How an image observation group stores one frame: shape, dtype, dimension order, channel letters."""
+    """How an image observation group stores one frame: shape, dtype, dimension order, channel colours."""
 
     shape: tuple[int, ...]
     """One frame's shape as stored, ``(H, W, C)`` or ``(C, H, W)``."""
-    order: str = "HWC"
-    """Dimension order, one of :data:`IMAGE_ORDERS`."""
-    channels: str = ""
-    """One letter per channel in storage order (``"RGB"``, ``"BGR"``, ``"L"``, ``"RGBA"``, stacked
-    frames ``"RGBRGB"``), as PIL names modes; ``""`` when the writer did not say."""
+    layout: str = "HWC"
+    """Dimension order, one of :data:`IMAGE_LAYOUTS`."""
+    color: str = ""
+    """What the channels hold, in storage order (a key of :data:`IMAGE_COLORS`: ``"rgb"``, ``"bgr"``,
+    ``"rgba"``, ``"gray"``); ``""`` when the writer did not say."""
     dtype: str = "uint8"
     """Element type; image groups are always ``uint8``."""
 
     def __post_init__(self) -> None:
-        """Reject an unknown order, a shape that is not three positive sizes, or channel letters that
-        do not match the channel count.
+        """Reject an unknown layout or colour, a shape that is not three positive sizes, or a channel
+        count that is not a whole number of frames of the colour.
         """
         object.__setattr__(self, "shape", tuple(int(x) for x in self.shape))
-        if self.order not in IMAGE_ORDERS:
-            raise DatasetError(
-                f"image layout order: expected one of {list(IMAGE_ORDERS)}, got {self.order!r}"
-            )
+        if self.layout not in IMAGE_LAYOUTS:
+            raise DatasetError(f"image layout: expected one of {list(IMAGE_LAYOUTS)}, got {self.layout!r}")
         if len(self.shape) != 3 or min(self.shape) < 1:
             raise DatasetError(
-                f"image layout shape: expected 3 positive sizes ({self.order}), got {self.shape}"
+                f"image layout shape: expected 3 positive sizes ({self.layout}), got {self.shape}"
             )
-        if self.channels and (len(self.channels) != self.num_channels or not self.channels.isalpha()):
+        if self.color not in IMAGE_COLORS:
             raise DatasetError(
-                f"image layout channels: expected {self.num_channels} letters (one per channel, e.g. 'RGB'), "
-                f"got {self.channels!r}"
+                f"image layout color: expected one of {list(IMAGE_COLORS)}, got {self.color!r}"
+            )
+        if self.color and self.num_channels % IMAGE_COLORS[self.color]:
+            raise DatasetError(
+                f"image layout color: {self.num_channels} channels are not whole {self.color!r} frames "
+                f"({IMAGE_COLORS[self.color]} channels each)"
             )
         if self.dtype != "uint8":
             raise DatasetError(f"image layout dtype: image groups are uint8, got {self.dtype!r}")
@@ -101,26 +108,26 @@ class ImageLayout:
     @property
     def num_channels(self) -> int:
         """C."""
-        return self.shape[2] if self.order == "HWC" else self.shape[0]
+        return self.shape[2] if self.layout == "HWC" else self.shape[0]
 
     @property
     def height(self) -> int:
         """H."""
-        return self.shape[0] if self.order == "HWC" else self.shape[1]
+        return self.shape[0] if self.layout == "HWC" else self.shape[1]
 
     @property
     def width(self) -> int:
         """W."""
-        return self.shape[1] if self.order == "HWC" else self.shape[2]
+        return self.shape[1] if self.layout == "HWC" else self.shape[2]
+
+    @property
+    def frames(self) -> int | None:
+        """Stacked frames per observation (channels / channels per colour); None without a colour."""
+        return self.num_channels // IMAGE_COLORS[self.color] if self.color else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (how files store it)."""
-        return {
-            "shape": list(self.shape),
-            "order": self.order,
-            "channels": self.channels,
-            "dtype": self.dtype,
-        }
+        return {"shape": list(self.shape), "layout": self.layout, "color": self.color, "dtype": self.dtype}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> ImageLayout:
@@ -128,8 +135,8 @@ class ImageLayout:
         try:
             return cls(
                 shape=tuple(raw["shape"]),
-                order=str(raw.get("order", "HWC")),
-                channels=str(raw.get("channels", "")),
+                layout=str(raw.get("layout", "HWC")),
+                color=str(raw.get("color", "")),
                 dtype=str(raw.get("dtype", "uint8")),
             )
         except (KeyError, TypeError, ValueError) as e:
@@ -138,13 +145,13 @@ class ImageLayout:
             raise DatasetError(f"image layout: cannot parse {dict(raw)!r} ({e})") from e
 
     @classmethod
-    def infer(cls, frame_shape: tuple[int, ...], channels: str = "") -> ImageLayout:
-        """Guess the order from a frame shape: the channel axis is the smaller of the first and the
+    def infer(cls, frame_shape: tuple[int, ...], color: str = "") -> ImageLayout:
+        """Guess the layout from a frame shape: the channel axis is the smaller of the first and the
         last size (``(84, 84, 3)`` -> HWC, ``(9, 84, 84)`` -> CHW); a tie is HWC. Pass a layout
         explicitly when the guess can be wrong (e.g. ``(4, 4, 4)``).
         """
-        order = "CHW" if len(frame_shape) == 3 and frame_shape[0] < frame_shape[-1] else "HWC"
-        return cls(tuple(frame_shape), order, channels)
+        layout = "CHW" if len(frame_shape) == 3 and frame_shape[0] < frame_shape[-1] else "HWC"
+        return cls(tuple(frame_shape), layout, color)
 
 
 class FrameSource:
@@ -252,7 +259,7 @@ def check_image_group(name: str, t: torch.Tensor | FrameSource, layout: ImageLay
     if layout is not None and tuple(t.shape[1:]) != layout.shape:
         raise DatasetError(
             f"{name}: frames of shape {tuple(t.shape[1:])} do not match the declared image layout "
-            f"{layout.shape} ({layout.order})"
+            f"{layout.shape} ({layout.layout})"
         )
 
 
@@ -371,7 +378,7 @@ def _groups(name: str, value: Any) -> dict[str, Any]:
 def _layouts(
     obs: Mapping[str, Any], given: Mapping[str, str | ImageLayout | Mapping[str, Any]] | None
 ) -> dict[str, ImageLayout]:
-    """The layout of every image group: as declared in ``given`` (an order string, a layout or its
+    """The layout of every image group: as declared in ``given`` (a layout string, an ImageLayout or its
     dict form) or inferred; a declared group that is not uint8 frames raises.
     """
     given = dict(given or {})
@@ -440,7 +447,7 @@ class Dataset:
     episode_lengths: torch.Tensor
     """Transitions per episode, ``[E]`` int64."""
     image_layouts: dict[str, ImageLayout]
-    """Frame shape, order and channel letters of each image group (empty without images)."""
+    """Frame shape, layout (HWC/CHW) and colour of each image group (empty without images)."""
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ robolearn file, format version 1 (chunked and compressed through h5py)::
 Image groups (uint8 frames ``[N, H, W, C]`` or ``[N, C, H, W]``, see :class:`~robolearn.data.dataset.ImageLayout`)
 are stored in chunks of :data:`IMAGE_CHUNK_FRAMES` whole frames, compressed with the file's filter, and
 carry their layout as attributes of the array: ``image_layout`` (JSON of
-:meth:`ImageLayout.to_dict`: frame shape, order ``HWC``/``CHW``, channel letters, dtype). Older
+:meth:`ImageLayout.to_dict`: frame shape, layout ``HWC``/``CHW``, colour, dtype). Older
 readers ignore the attributes, so the format version stays 1. Reading is bit-exact; with
 ``lazy_images=True`` the frames stay in the file and a batch reads (and decompresses) only the
 chunks holding its frames (:class:`HDF5Frames`).
