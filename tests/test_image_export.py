@@ -16,7 +16,7 @@ from torch import nn
 import robolearn
 from robolearn.export import ExportError, ExportManifest, build_manifest, load_manifest, read_manifest
 from robolearn.export.vision import export_image_policy, image_input_of, image_policy_runner
-from robolearn.nn.vision import CNNEncoder, MultiModalEncoder
+from robolearn.nn.vision import CNNEncoder, MultiModalEncoder, stack_frames
 from robolearn.spec import PolicySpec
 from robolearn.spec.manifest import ImageInputSpec, SpecError, StateSpec
 from robolearn.spec.schema import schema_errors
@@ -190,3 +190,25 @@ def test_policies_without_images_keep_their_layouts(spec: dict) -> None:
     assert [i["name"] for i in v2["inputs"]] == ["obs"] and v2["inputs"][0]["dtype"] == "float32"
     with pytest.raises(ValueError, match="obs_group: expected a group name"):
         ExportManifest(PolicySpec.from_dict(spec), "", {})
+
+
+def test_a_pixel_actor_on_cartpole_swingup_pixels_exports_and_runs_rendered_frames(tmp_path: Path) -> None:
+    """Wiring with the camera task: its policy spec's image group (one 84x84 RGB frame) declares the
+    input, and three rendered frames stacked along the channels give the eager action through ONNX."""
+    env = robolearn.make("Cartpole-Swingup-Pixels", 1, seed=0)
+    spec = env.policy_spec()
+    frames = [env.reset()[0]["image"]]
+    for _ in range(2):
+        frames.append(env.step(torch.ones(1, 1))[0]["image"])
+    assert frames[0].dtype == torch.uint8 and frames[0].shape == (1, 84, 84, 3)
+    image = stack_frames(torch.stack(frames, dim=1), "HWC")  # [1, 84, 84, 9], oldest first
+    torch.manual_seed(3)
+    actor = _PixelPolicy((84, 84, 9), "HWC", 0, 1)
+    manifest = export_image_policy(actor, spec, tmp_path, formats=["onnx"], images=[image_input_of(actor.front.encoder)],
+                                   parity_samples=4)
+    assert manifest["images"][0]["frames"] == 3 and manifest["inputs"][0]["shape"] == [-1, 84, 84, 9]
+    with torch.no_grad():
+        eager = actor(image)
+    onnx = image_policy_runner("onnx", tmp_path / "policy.onnx", ["image"])(image)
+    torch.testing.assert_close(onnx, eager, rtol=0, atol=1e-5)
+    read_manifest(tmp_path).check_compatible(PolicySpec.from_dict(spec))
