@@ -103,6 +103,9 @@ def test_manifest_declares_the_image_input_schema_valid(exported: tuple, spec: d
     # The schema refuses what the reader refuses.
     assert schema_errors({**declared, "dtype": "float32"}, ImageInputSpec.json_schema())
     assert schema_errors({**declared, "shape": [H, W]}, ImageInputSpec.json_schema())
+    assert schema_errors({**declared, "offset": "inf"}, ImageInputSpec.json_schema())
+    assert schema_errors({**declared, "scale": 0}, ImageInputSpec.json_schema())
+    assert schema_errors({**declared, "unknown": 1}, ImageInputSpec.json_schema())
     # Read back: hashes verified, the typed manifest carries the image inputs and writes the same JSON.
     assert load_manifest(out)["content_hash"] == manifest["content_hash"]
     typed = read_manifest(out)
@@ -143,6 +146,8 @@ def _edited(manifest: dict, edit: Any) -> dict:
         (lambda m: m["images"][0].update(dtype="float32"), SpecError, r"manifest\.images\[0\]\.dtype: expected one of 'uint8', got 'float32'"),
         (lambda m: m["images"][0].update(frames=3), SpecError, r"manifest\.images\[0\]\.shape: the last axis \(HWC\) holds 6 channels, expected frames x rgb channels = 3 x 3 = 9"),
         (lambda m: m["images"][0].update(layout="CHW"), SpecError, r"manifest\.images\[0\]\.shape: the first axis \(CHW\) holds 16 channels"),
+        (lambda m: m["images"][0].update(offset="inf"), SpecError, r"manifest\.images\[0\]\.offset: expected a finite number, got 'inf'"),
+        (lambda m: m["images"][0].update(scale=0.0), SpecError, r"manifest\.images\[0\]\.scale: expected a value > 0\.0, got 0\.0"),
         (lambda m: m["images"][0].update(name="obs"), SpecError, r"manifest\.images\[0\]\.name: expected an identifier other than 'obs'"),
         (lambda m: m["inputs"].reverse(), ExportError, r"manifest\.inputs: expected the tensors \['image'\] \(images\), then optionally 'obs'"),
         (lambda m: m.update(recurrent={"states": [], "parity_steps": 2}), ExportError, r"manifest\.recurrent: an image policy"),

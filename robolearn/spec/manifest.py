@@ -673,6 +673,9 @@ class ImageInputSpec:
         props = schema["$defs"]["ImageInputSpec"]["properties"]
         props["shape"] = {**props["shape"], "minItems": 3, "maxItems": 3}
         props["shape"]["items"] = {**props["shape"]["items"], "minimum": 1}
+        # The reader refuses infinite scale and offset: the schema's numbers are finite ones.
+        props["scale"] = {"type": "number", "exclusiveMinimum": 0}
+        props["offset"] = {"type": "number"}
         return schema
 
 
