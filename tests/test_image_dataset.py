@@ -170,6 +170,22 @@ def test_lazy_batch_reads_only_its_own_frames(tmp_path, monkeypatch):
     assert torch.equal(windows.obs["image"], ds.gather_windows(torch.tensor([0, STEPS - 2]), 4).obs["image"])
 
 
+def test_file_without_layout_attributes_reads_eagerly_and_lazily(tmp_path):
+    # A file written before layouts were recorded: the layout is inferred, frames still read lazily.
+    ds = image_dataset("CHW")
+    path = ds.save(tmp_path / "old.h5")
+    with h5py.File(path, "r+") as f:
+        for key in ("observations/image", "final_observations/image"):
+            del f[key].attrs["image_layout"]
+    assert inspect_robolearn(path).image_layouts == {}
+    for lazy in (False, True):
+        back = Dataset.load(path, lazy_images=lazy)
+        assert back.image_layouts == {"image": ImageLayout((3, SIDE, SIDE), "CHW")}
+        assert isinstance(back.observations["image"], HDF5Frames) == lazy
+        idx = torch.tensor([0, 33, 59])
+        assert torch.equal(back.observations["image"][idx], ds.observations["image"][idx])
+
+
 def test_frame_source_indexing_and_pickling(tmp_path):
     ds = image_dataset()
     path = ds.save(tmp_path / "img.h5", compression="lzf")

@@ -418,6 +418,18 @@ def inspect_robolearn(path: str | Path) -> DatasetFileInfo:
     return DatasetFileInfo(path, metadata, sizes[0], sizes[1], int(version), layouts)
 
 
+def _image_groups(f: h5py.File, layouts: Mapping[str, ImageLayout]) -> set[str]:
+    """Groups to leave in the file: those with a recorded layout, and uint8 frame arrays of files
+    written before layouts were recorded (the Dataset infers their layout).
+    """
+    out = set(layouts)
+    obs = f.get("observations")
+    for k, node in obs.items() if isinstance(obs, h5py.Group) else ():
+        if isinstance(node, h5py.Dataset) and node.dtype == np.uint8 and node.ndim == 4:
+            out.add(k)
+    return out
+
+
 def _image_layouts(f: h5py.File, where: str) -> dict[str, ImageLayout]:
     obs = f.get("observations")
     if not isinstance(obs, h5py.Group):
@@ -461,7 +473,7 @@ def read_robolearn(
             )
         metadata = DatasetMetadata.from_json(str(f.attrs.get("metadata", "{}")))
         layouts = _image_layouts(f, where)
-        lazy = set(layouts) if lazy_images else set()
+        lazy = _image_groups(f, layouts) if lazy_images else set()
         obs: dict[str, Any] = _read_tree(f, "observations", where, skip=lazy)
         if not obs:
             raise DatasetError(f"observations: missing from {where}")
