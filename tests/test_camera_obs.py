@@ -175,7 +175,7 @@ def test_render_every_holds_the_frame_between_renders_and_reset_renders_afresh()
     # the new episode's first observation is a fresh render of the reset state.
     final, fresh = frames[4][1], frames[4][0]
     assert torch.equal(final, frames[2][0]) and not torch.equal(fresh, final)
-    with BatchRenderer(env.model, SIZE, SIZE, shadows=False) as reference:
+    with BatchRenderer(env.model, SIZE, SIZE, shadows=False, reflections=False) as reference:
         torch.testing.assert_close(fresh, torch.from_numpy(reference.render(env.sim, [0, 1], camera="fixed")), rtol=0, atol=0)
     # Renders: step 3 (both worlds), then only the two reset worlds at step 5, never twice a state.
     assert renderer_calls == [2, 2]
@@ -209,4 +209,30 @@ def test_bad_camera_parameters_name_the_field():
         camera_depth(env, "nope", SIZE, SIZE)
     with pytest.raises(ValueError, match="camera"):
         camera_intrinsics(env.model, "nope", SIZE, SIZE)
+    env.close()
+
+
+class _ProtocolOnly:
+    """A backend seen through the SimBackend protocol alone (no ``mujoco.batch`` to read from)."""
+
+    def __init__(self, sim: MujocoBackend) -> None:
+        self.model, self.num_worlds = sim.model, sim.num_worlds
+        self.get_model, self.get_data = sim.get_model, sim.get_data
+
+
+def test_batch_fast_path_frames_match_the_protocol_path():
+    # The renderer reads mujoco.batch worlds into one reused model/data pair; the protocol hands
+    # out a fresh model and data per world. Same states, per-world colours: same bytes.
+    env = _pixels_env(2)
+    model = env.model
+    env.sim.reset(torch.arange(2), torch.tensor([[0.4, 0.3], [-0.6, 2.0]], dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64))
+    rgba = torch.from_numpy(np.repeat(model.mat_rgba[None], 2, axis=0).copy())
+    rgba[1, mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_MATERIAL, "body")] = torch.tensor([0.1, 0.9, 0.1, 1.0], dtype=torch.float64)
+    env.sim.set_model_field("mat_rgba", rgba)
+    with BatchRenderer(model, SIZE, SIZE, shadows=False) as renderer:
+        fast = renderer.render(env.sim, [1, 0, 1], camera="fixed")
+        slow = renderer.render(_ProtocolOnly(env.sim), [1, 0, 1], camera="fixed")
+    np.testing.assert_array_equal(fast, slow)
+    green = (fast[..., 1].astype(int) - fast[..., 0] > 60).reshape(3, -1).sum(1)
+    assert green[0] > 5 and green[1] == 0 and green[2] == green[0]  # world 1's green cart and pole
     env.close()

@@ -19,7 +19,7 @@ control step, the episode step, ``qpos`` and the world's visual epoch; events th
 world looks without moving it (colours, lights, camera placement) call :func:`invalidate_frames`.
 
 Batching. One :class:`~robolearn.sim.render.BatchRenderer` (one OpenGL context) per resolution and
-shadow setting serves every camera and mode of an env: each call draws only the worlds that are
+lighting setting serves every camera and mode of an env: each call draws only the worlds that are
 due, one after another into that context.
 
 Intrinsics. MuJoCo's perspective cameras have a vertical field of view ``fovy`` and square pixels,
@@ -47,7 +47,7 @@ CAMERA_KINDS: tuple[str, ...] = ("rgb", "depth", "segmentation")
 """What a camera term can deliver: colour, metric depth, geom ids."""
 
 _VISUAL_EPOCH = "camera/visual_epoch"
-_RENDERERS = "_camera_renderers"  # env.__dict__ slot: {(width, height, shadows): BatchRenderer}
+_RENDERERS = "_camera_renderers"  # env.__dict__ slot: {(width, height, shadows, reflections): BatchRenderer}
 _GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
 
 
@@ -148,16 +148,16 @@ def project_points(
 
 
 # -- rendering state -----------------------------------------------------------------------------
-def _renderer(env: BatchedEnv, width: int, height: int, shadows: bool) -> BatchRenderer:
-    """The env's shared renderer for this size and shadow setting (created on first use)."""
+def _renderer(env: BatchedEnv, width: int, height: int, shadows: bool, reflections: bool) -> BatchRenderer:
+    """The env's shared renderer for this size and lighting setting (created on first use)."""
     # Imported here: robolearn.envs is imported by the facade's users without any GL library.
     from robolearn.sim.render import BatchRenderer
 
-    renderers: dict[tuple[int, int, bool], BatchRenderer] = env.__dict__.setdefault(_RENDERERS, {})
-    key = (width, height, shadows)
+    renderers: dict[tuple[int, int, bool, bool], BatchRenderer] = env.__dict__.setdefault(_RENDERERS, {})
+    key = (width, height, shadows, reflections)
     renderer = renderers.get(key)
     if renderer is None:
-        renderer = BatchRenderer(env.model, width=width, height=height, shadows=shadows)
+        renderer = BatchRenderer(env.model, width=width, height=height, shadows=shadows, reflections=reflections)
         renderers[key] = renderer
     return renderer
 
@@ -188,7 +188,14 @@ def _check_params(camera: str | int, width: int, height: int, render_every: int)
 
 
 def _frames(
-    env: BatchedEnv, camera: str | int, kind: str, width: int, height: int, render_every: int, shadows: bool
+    env: BatchedEnv,
+    camera: str | int,
+    kind: str,
+    width: int,
+    height: int,
+    render_every: int,
+    shadows: bool = False,
+    reflections: bool = False,
 ) -> torch.Tensor:
     """The held frames of one camera term, rendered again for the worlds that are due (module doc)."""
     width, height, every = _check_params(camera, width, height, render_every)
@@ -197,7 +204,7 @@ def _frames(
         "depth": ((height, width, 1), torch.float32),
         "segmentation": ((height, width, 1), torch.int32),
     }[kind]
-    name = f"camera/{camera}/{kind}/{width}x{height}/every{every}/shadows{int(shadows)}"
+    name = f"camera/{camera}/{kind}/{width}x{height}/every{every}/light{int(shadows)}{int(reflections)}"
     frames = env.buffer(name, shape, dtype)
     stamp = env.buffer(f"{name}/stamp", (2,), torch.long, fill=-1)  # control step, episode step
     qpos_at = env.buffer(f"{name}/qpos", (env.model.nq,), torch.float64, fill=math.nan)
@@ -217,7 +224,7 @@ def _frames(
     # Rendering runs on the host anyway (it reads each world's MjData): one sync for the world list.
     ids = need.nonzero().flatten()
     if ids.numel():
-        renderer = _renderer(env, width, height, shadows)
+        renderer = _renderer(env, width, height, shadows, reflections)
         drawn = renderer.render(env.sim, ids.tolist(), camera=camera, mode=kind)
         if kind == "depth":
             drawn = drawn[..., None]
@@ -241,6 +248,7 @@ def camera_rgb(
     height: int = 84,
     render_every: int = 1,
     shadows: bool = False,
+    reflections: bool = False,
 ) -> torch.Tensor:
     """Colour frames uint8 ``[N, height, width, 3]`` of model camera ``camera`` in every world.
 
@@ -250,10 +258,12 @@ def camera_rgb(
         width: image width in pixels.
         height: image height in pixels.
         render_every: render every this many control steps of an episode, holding the frame between.
-        shadows: draw shadows; off by default because with software OpenGL they cost several times
-            the rest of the frame, and a policy learns from the silhouettes as well.
+        shadows: draw shadows. Off by default: with software OpenGL (llvmpipe) shadows and
+            reflections cost several times the rest of a small frame (``benchmarks/
+            render_throughput.py`` measures it), and a policy learns from the silhouettes as well.
+        reflections: draw reflections on reflective materials (a checker floor); off by default.
     """
-    return _frames(env, camera, "rgb", width, height, render_every, shadows)
+    return _frames(env, camera, "rgb", width, height, render_every, shadows, reflections)
 
 
 def camera_depth(
@@ -262,7 +272,7 @@ def camera_depth(
     """Depth float32 ``[N, height, width, 1]`` in metres along the optical axis of ``camera``
     (parameters as :func:`camera_rgb`).
     """
-    return _frames(env, camera, "depth", width, height, render_every, False)
+    return _frames(env, camera, "depth", width, height, render_every)
 
 
 def camera_segmentation(
@@ -271,4 +281,4 @@ def camera_segmentation(
     """Geom ids int32 ``[N, height, width, 1]`` seen by ``camera``, ``-1`` where no geom is
     (parameters as :func:`camera_rgb`).
     """
-    return _frames(env, camera, "segmentation", width, height, render_every, False)
+    return _frames(env, camera, "segmentation", width, height, render_every)

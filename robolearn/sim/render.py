@@ -31,6 +31,7 @@ from types import TracebackType
 
 import mujoco
 import numpy as np
+from mujoco.batch import Batch
 
 from robolearn.sim.backend import SimBackend
 from robolearn.sim.names import names_of
@@ -236,6 +237,7 @@ class BatchRenderer:
         self.option = mujoco.MjvOption()
         """Visualisation flags (contacts, frames, geom groups) applied to every frame."""
         self._renderer: mujoco.Renderer | None = None
+        self._scratch: tuple[mujoco.MjModel, mujoco.MjData] | None = None
         self._finalizer: weakref.finalize | None = None
         backend = select_gl_backend()
 
@@ -361,16 +363,38 @@ class BatchRenderer:
             renderer.disable_depth_rendering()
             renderer.disable_segmentation_rendering()
         scene = renderer.scene
+        batch = getattr(sim, "_batch", None)
+        fast = isinstance(batch, Batch)
         try:
             for k, world in enumerate(ids):
-                world_model = sim.get_model(world)
-                data = sim.get_data(world)
+                if fast:
+                    world_model, data = self._world_from_batch(batch, world)
+                else:
+                    world_model, data = sim.get_model(world), sim.get_data(world)
                 mujoco.mjv_updateScene(world_model, data, self.option, None, cam, _ALL_CATEGORIES, scene)
                 renderer.render(out=frames[k])
         finally:
             renderer.disable_depth_rendering()
             renderer.disable_segmentation_rendering()
         return frames
+
+    def _world_from_batch(self, batch: Batch, world: int) -> tuple[mujoco.MjModel, mujoco.MjData]:
+        """World ``world`` of a ``mujoco.batch`` simulation written into this renderer's scratch model
+        and data, derived quantities computed.
+
+        ``MujocoBackend.get_model``/``get_data`` copy the whole model (textures included) and
+        allocate an ``MjData`` for every world, which costs about as much as drawing a small frame
+        on a software rasteriser; writing into one reused pair gives the same model and state
+        (``tests/test_camera_obs.py`` compares the bytes with a per-world-copy backend).
+        """
+        if self._scratch is None:
+            model = copy.copy(self._model)
+            self._scratch = (model, mujoco.MjData(model))
+        model, data = self._scratch
+        batch.get_model(world, model)
+        batch.get_data(world, data)
+        mujoco.mj_forward(model, data)
+        return model, data
 
     def close(self) -> None:
         """Free the GL context; further :meth:`render` calls raise. Safe to call twice."""
