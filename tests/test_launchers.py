@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,6 +33,21 @@ TINY = [
 RUN_FILES = ("config.json", "policy_spec.json", "metrics.csv", "summary.json")
 
 
+def _popen_cli(*args: str, cwd: Path) -> tuple[int, int, str, str]:
+    """Run the console script in its own process; return (its pid, exit status, stdout, stderr).
+
+    A subprocess, not ``main()`` in the test process: joblib's loky workers and the CLI's logging
+    set-up then never touch pytest's captured streams (a full-suite run once lost pytest's stderr
+    with the sweep in process).
+    """
+    exe = Path(sys.executable).with_name("robolearn")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "robolearn.cli"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with subprocess.Popen([*cmd, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        out, err = proc.communicate(timeout=300)
+        return proc.pid, proc.returncode, out, err
+
+
 def _metrics_without_times(run: Path) -> list[dict[str, str]]:
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     return [{k: v for k, v in r.items() if "time" not in k and "per_s" not in k and "fps" not in k} for r in rows]
@@ -45,14 +60,12 @@ def _table(stdout: str) -> dict[str, list[str]]:
     return {line.split()[0]: line.split()[1:] for line in lines[start + 1 :] if line.strip()}
 
 
-def test_joblib_sweep_runs_jobs_in_parallel_processes_with_the_sequential_results(tmp_path, monkeypatch, capsys, caplog):
-    # The CLI runs in this process (one interpreter fewer to start than a console-script subprocess:
-    # the joblib workers' imports are most of this test's time); the jobs run in joblib's workers.
+def test_joblib_sweep_runs_jobs_in_parallel_processes_with_the_sequential_results(tmp_path, monkeypatch):
     sweep = tmp_path / "sweep"
-    monkeypatch.chdir(tmp_path)
-    caplog.set_level(logging.INFO)
-    status = main(["train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", "run_dir=sweep", *TINY])
-    out, err = capsys.readouterr().out, caplog.text
+    pid, status, out, err = _popen_cli(
+        "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", "run_dir=sweep", *TINY,
+        cwd=tmp_path,
+    )
     assert status == 0, err
     # The same run dirs as the sequential sweep, and nothing else: no .hydra/, no <job>.log, no
     # outputs/ or multirun/ in the working directory.
@@ -64,7 +77,7 @@ def test_joblib_sweep_runs_jobs_in_parallel_processes_with_the_sequential_result
         assert not (sweep / run / ".hydra").exists() and not list((sweep / run).glob("*.log"))
     # Two worker processes (joblib's loky workers; each job returns its pid), neither of them the CLI's.
     workers = {int(p) for p in re.findall(r"sweep/seed=[01] ran in process (\d+)", err)}
-    assert len(workers) == 2 and os.getpid() not in workers, err
+    assert len(workers) == 2 and pid not in workers and os.getpid() not in workers, err
     assert "Joblib.Parallel(n_jobs=2" in err
     launched = {run: json.loads((sweep / run / "summary.json").read_text()) for run in ("seed=0", "seed=1")}
     table = _table(out)
@@ -74,6 +87,7 @@ def test_joblib_sweep_runs_jobs_in_parallel_processes_with_the_sequential_result
         assert json.loads((sweep / run / "config.json").read_text())["seed"] == int(run[-1])
 
     # The sequential sweep (in this process) with the launcher's one torch thread per job: the same numbers.
+    monkeypatch.chdir(tmp_path)
     assert main(["train", "-m", "seed=0,1", "torch_threads=1", "run_dir=sequential", *TINY]) == 0
     for run, summary in launched.items():
         expected = json.loads((tmp_path / "sequential" / run / "summary.json").read_text())
