@@ -191,12 +191,15 @@ def test_frame_source_indexing_and_pickling(tmp_path):
     path = ds.save(tmp_path / "img.h5", compression="lzf")
     src = Dataset.load(path, lazy_images=True).observations["image"]
     full = ds.observations["image"]
-    assert torch.equal(src[5], full[5]) and torch.equal(src[3:9], full[3:9])
+    assert torch.equal(src[5], full[5]) and torch.equal(src[-1], full[-1])
+    assert torch.equal(src[3:9], full[3:9]) and torch.equal(src[50::-7], full.flip(0)[N - 1 - 50 :: 7])
     idx = torch.tensor([[7, 7, 0], [N - 1, 2, 7]])
     before = src.frames_read
     assert torch.equal(src[idx], full[idx]) and src.frames_read - before == 4  # distinct rows read once
     with pytest.raises(IndexError, match="out of range for 60 frames"):
         src[torch.tensor([N])]
+    with pytest.raises(IndexError, match="index -61 out of range for 60 frames"):
+        src[-N - 1]
     src[0]  # opens the file; a pickled copy (a data-loader worker) opens its own
     clone = pickle.loads(pickle.dumps(src))
     assert torch.equal(clone[torch.tensor([1, 2])], full[1:3])

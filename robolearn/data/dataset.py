@@ -207,10 +207,12 @@ class FrameSource:
         """Frames at ``idx`` (int, slice with step 1 or more, or integer tensor), read from storage."""
         n = len(self)
         if isinstance(idx, slice):
-            rows = np.arange(n)[idx]
+            rows = np.arange(*idx.indices(n))  # never an arange(N): N can be millions of frames
             out_shape: tuple[int, ...] = (len(rows),)
         elif isinstance(idx, (int, np.integer)):
-            rows = np.arange(n)[[int(idx)]]
+            if not -n <= int(idx) < n:
+                raise IndexError(f"FrameSource: index {int(idx)} out of range for {n} frames")
+            rows = np.array([int(idx) % n])
             out_shape = ()
         else:
             t = torch.as_tensor(idx)
