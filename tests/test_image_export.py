@@ -14,7 +14,14 @@ import torch
 from torch import nn
 
 import robolearn
-from robolearn.export import ExportError, ExportManifest, build_manifest, load_manifest, read_manifest
+from robolearn.export import (
+    Artifact,
+    ExportError,
+    ExportManifest,
+    build_manifest,
+    load_manifest,
+    read_manifest,
+)
 from robolearn.export.vision import export_image_policy, image_input_of, image_policy_runner
 from robolearn.nn.vision import CNNEncoder, MultiModalEncoder, stack_frames
 from robolearn.spec import PolicySpec
@@ -184,6 +191,25 @@ def test_image_input_of_reads_the_encoder() -> None:
     assert image_input_of(enc, color="gray").frames == 9
     with pytest.raises(ValueError, match="color: the encoder's 8 channels are not whole rgb frames of 3"):
         image_input_of(CNNEncoder((20, 20, 8), layout="HWC"))
+
+
+def test_an_image_policy_with_several_vector_groups_round_trips(spec: dict) -> None:
+    """Images, then one ``obs`` row over two groups (``inputs[1].groups``), written and read back."""
+    two = copy.deepcopy(spec)
+    two["observations"]["history"] = copy.deepcopy(two["observations"]["policy"])
+    typed = PolicySpec.from_dict(two)
+    files = {"onnx": Artifact("policy.onnx", "0" * 64, 0.0)}
+    manifest = ExportManifest(typed, "policy", files, 4, obs_groups=("policy", "history"),
+                              images=(ImageInputSpec("image", (3, H, W), "CHW"),)).to_dict()
+    assert manifest["manifest_version"] == 5
+    assert [i["name"] for i in manifest["inputs"]] == ["image", "obs"]
+    assert [g["group"] for g in manifest["inputs"][1]["groups"]] == ["policy", "history"]
+    assert manifest["inputs"][1]["shape"] == [-1, 2 * PROPRIO]
+    back = ExportManifest.from_dict(manifest)
+    assert back.obs_groups == ("policy", "history") and back.input_groups == ("policy", "history", "image")
+    assert back.to_dict() == manifest
+    with pytest.raises(SpecError, match=r"manifest\.inputs\[1\]\.shape: expected \[-1, 10\]"):
+        ExportManifest.from_dict(_edited(manifest, lambda m: m["inputs"][1].update(shape=[-1, 5])))
 
 
 def test_policies_without_images_keep_their_layouts(spec: dict) -> None:
