@@ -243,3 +243,13 @@ def test_a_pixel_actor_on_cartpole_swingup_pixels_exports_and_runs_rendered_fram
     onnx = image_policy_runner("onnx", tmp_path / "policy.onnx", ["image"])(image)
     torch.testing.assert_close(onnx, eager, rtol=0, atol=1e-5)
     read_manifest(tmp_path).check_compatible(PolicySpec.from_dict(spec))
+
+
+def test_the_deploy_runtime_refuses_an_image_policy_at_load(exported: tuple) -> None:
+    # It cannot feed a camera yet: refused when loaded, naming the image input, not at the first call.
+    from robolearn.sim2real.deploy.policy import PolicyLoadError, load_exported
+
+    _, out, _ = exported
+    for fmt in ("onnx", "torchscript"):
+        with pytest.raises(PolicyLoadError, match=r"reads camera images \(image; manifest version 5\)"):
+            load_exported(out, fmt)

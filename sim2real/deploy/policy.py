@@ -119,6 +119,13 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
         raise PolicyLoadError(f"policy={folder}: {exc}") from None
     if fmt not in manifest.files:
         raise PolicyLoadError(f"policy={folder}: format {fmt!r} was not exported (it has {sorted(manifest.files)})")
+    if manifest.has_images:
+        # Refused here rather than at the first call: the runtime reads no camera yet.
+        names = ", ".join(i.name for i in manifest.images)
+        raise PolicyLoadError(
+            f"policy={folder}: the policy reads camera images ({names}; manifest version {manifest.version}),"
+            " which the deploy runtime cannot feed yet; only vector-observation policies deploy"
+        )
     network = folder / manifest.files[fmt].path
     policy = ExportedPolicy(manifest, folder, fmt)
     if fmt == "onnx":
