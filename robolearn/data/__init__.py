@@ -9,10 +9,11 @@ Offline datasets are one type, :class:`Dataset`, produced by every reader (robol
 :func:`export_minari` write it.
 """
 
-from robolearn.data.dataset import Dataset, DatasetMetadata, WindowBatch
+from robolearn.data.dataset import Dataset, DatasetMetadata, FrameSource, ImageLayout, WindowBatch
 from robolearn.data.formats import (
     FORMAT_VERSION,
     DatasetFileInfo,
+    HDF5Frames,
     inspect_robolearn,
     read_d4rl,
     read_robolearn,
@@ -33,6 +34,9 @@ __all__ = [
     "DatasetFileInfo",
     "DatasetMetadata",
     "DatasetSampler",
+    "FrameSource",
+    "HDF5Frames",
+    "ImageLayout",
     "MixedSampler",
     "ReplayBuffer",
     "ReplaySampler",
