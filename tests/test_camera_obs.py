@@ -24,6 +24,7 @@ from robolearn.envs.camera import (
 from robolearn.sim import MujocoBackend
 from robolearn.sim.render import BatchRenderer
 from robolearn.tasks.classic.pixels import cartpole_swingup_pixels_cfg
+from robolearn.tasks.manipulation.reacher_pixels import reacher_pixels_cfg
 
 SIZE = 32  # small frames keep the rendering tests fast on a software rasteriser
 
@@ -235,4 +236,18 @@ def test_batch_fast_path_frames_match_the_protocol_path():
     np.testing.assert_array_equal(fast, slow)
     green = (fast[..., 1].astype(int) - fast[..., 0] > 60).reshape(3, -1).sum(1)
     assert green[0] > 5 and green[1] == 0 and green[2] == green[0]  # world 1's green cart and pole
+    env.close()
+
+
+def test_reacher_pixels_sees_the_arm_move():
+    env = BatchedEnv(reacher_pixels_cfg(size=SIZE), 2, seed=0)
+    obs, _ = env.reset()
+    assert obs["image"].shape == (2, SIZE, SIZE, 3) and obs["image"].dtype == torch.uint8
+    assert obs["critic"].shape == (2, 10) and "policy" not in obs
+    before = obs["image"].clone()
+    for _ in range(5):
+        obs, *_ = env.step(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+    # World 0's arm swung, world 1's barely moved (zero torque, damped joints at rest).
+    changed = (obs["image"].int() - before.int()).abs().amax(dim=3).gt(30).flatten(1).sum(1)
+    assert changed[0] > 5 and changed[1] == 0
     env.close()

@@ -41,7 +41,7 @@ import torch
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
-    from robolearn.sim.render import BatchRenderer
+    from robolearn.sim.render import BatchRenderer, FreeCamera
 
 CAMERA_KINDS: tuple[str, ...] = ("rgb", "depth", "segmentation")
 """What a camera term can deliver: colour, metric depth, geom ids."""
@@ -110,15 +110,20 @@ def camera_id(model: mujoco.MjModel, camera: str | int) -> int:
     raise ValueError(f"camera: expected a camera name or an index in [0, {model.ncam}), got {camera!r}")
 
 
-def camera_intrinsics(model: mujoco.MjModel, camera: str | int, width: int, height: int) -> CameraIntrinsics:
+def camera_intrinsics(model: mujoco.MjModel, camera: str | int | FreeCamera, width: int, height: int) -> CameraIntrinsics:
     """Intrinsics of model camera ``camera`` rendered at ``width`` x ``height``, from its ``fovy``.
 
-    Pass a world's own model (``sim.get_model(world)``) when the field of view is randomised.
+    Pass a world's own model (``sim.get_model(world)``) when the field of view is randomised. A
+    :class:`~robolearn.sim.render.FreeCamera` has the model's ``<visual><global fovy>``.
 
     Raises:
         ValueError: unknown camera, or one that is orthographic or declares a sensor size (its
             projection is not given by ``fovy`` alone).
     """
+    from robolearn.sim.render import FreeCamera
+
+    if isinstance(camera, FreeCamera):
+        return intrinsics_from_fovy(float(model.vis.global_.fovy), width, height)
     cam = camera_id(model, camera)
     if int(model.cam_projection[cam]) != int(mujoco.mjtProjection.mjPROJ_PERSPECTIVE):
         raise ValueError(f"camera: {camera!r} is orthographic; expected a perspective camera")
@@ -176,10 +181,12 @@ def invalidate_frames(env: BatchedEnv, env_ids: torch.Tensor) -> None:
     epoch[env_ids] += 1
 
 
-def _check_params(camera: str | int, width: int, height: int, render_every: int) -> tuple[int, int, int]:
+def _check_params(camera: object, width: int, height: int, render_every: int) -> tuple[int, int, int]:
     """Validated ``(width, height, render_every)``; the camera is checked by the renderer."""
-    if not isinstance(camera, (str, int, np.integer)) or isinstance(camera, bool):
-        raise ValueError(f"camera: expected a camera name or index, got {camera!r}")
+    from robolearn.sim.render import FreeCamera
+
+    if not isinstance(camera, (str, int, np.integer, FreeCamera)) or isinstance(camera, bool):
+        raise ValueError(f"camera: expected a camera name or index or a FreeCamera, got {camera!r}")
     return (
         _positive_int("width", width),
         _positive_int("height", height),
@@ -189,7 +196,7 @@ def _check_params(camera: str | int, width: int, height: int, render_every: int)
 
 def _frames(
     env: BatchedEnv,
-    camera: str | int,
+    camera: str | int | FreeCamera,
     kind: str,
     width: int,
     height: int,
@@ -243,7 +250,7 @@ def _frames(
 # -- observation terms -----------------------------------------------------------------------------
 def camera_rgb(
     env: BatchedEnv,
-    camera: str | int,
+    camera: str | int | FreeCamera,
     width: int = 84,
     height: int = 84,
     render_every: int = 1,
@@ -254,7 +261,8 @@ def camera_rgb(
 
     Args:
         env: the env.
-        camera: a camera name (or index) of the task's MJCF.
+        camera: a camera name (or index) of the task's MJCF, or a
+            :class:`~robolearn.sim.render.FreeCamera` for a model that declares no suitable camera.
         width: image width in pixels.
         height: image height in pixels.
         render_every: render every this many control steps of an episode, holding the frame between.
@@ -267,7 +275,7 @@ def camera_rgb(
 
 
 def camera_depth(
-    env: BatchedEnv, camera: str | int, width: int = 84, height: int = 84, render_every: int = 1
+    env: BatchedEnv, camera: str | int | FreeCamera, width: int = 84, height: int = 84, render_every: int = 1
 ) -> torch.Tensor:
     """Depth float32 ``[N, height, width, 1]`` in metres along the optical axis of ``camera``
     (parameters as :func:`camera_rgb`).
@@ -276,7 +284,7 @@ def camera_depth(
 
 
 def camera_segmentation(
-    env: BatchedEnv, camera: str | int, width: int = 84, height: int = 84, render_every: int = 1
+    env: BatchedEnv, camera: str | int | FreeCamera, width: int = 84, height: int = 84, render_every: int = 1
 ) -> torch.Tensor:
     """Geom ids int32 ``[N, height, width, 1]`` seen by ``camera``, ``-1`` where no geom is
     (parameters as :func:`camera_rgb`).

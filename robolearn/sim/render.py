@@ -27,6 +27,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
 import mujoco
@@ -199,6 +200,23 @@ def select_gl_backend() -> str:
         return chosen
 
 
+@dataclass(frozen=True)
+class FreeCamera:
+    """A camera the model does not declare: MuJoCo's free camera placed explicitly, for models
+    without a suitable ``<camera>`` (e.g. upstream MJCF files used unmodified). Its vertical field
+    of view is the model's ``<visual><global fovy>`` (45 degrees by default).
+    """
+
+    lookat: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """The point looked at (world frame, metres)."""
+    distance: float = 1.0
+    """Distance from the camera to ``lookat`` (metres)."""
+    azimuth: float = 90.0
+    """Rotation about the world's vertical axis (degrees)."""
+    elevation: float = -45.0
+    """Angle above (positive) or below (negative) the horizontal (degrees); -90 looks straight down."""
+
+
 class BatchRenderer:
     """RGB frames of selected worlds of a batched simulation, rendered offscreen.
 
@@ -277,9 +295,17 @@ class BatchRenderer:
         """The OpenGL backend in use (``MUJOCO_GL`` value, e.g. ``egl`` or ``osmesa``)."""
         return select_gl_backend()
 
-    def _camera(self, camera: str | int) -> mujoco.MjvCamera:
-        """Build an ``MjvCamera`` for a model camera name, a camera index, or ``-1`` (free camera)."""
+    def _camera(self, camera: str | int | FreeCamera) -> mujoco.MjvCamera:
+        """Build an ``MjvCamera`` for a model camera name, a camera index, ``-1`` (free camera framing
+        the model) or a :class:`FreeCamera`.
+        """
         model = self._model
+        if isinstance(camera, FreeCamera):
+            cam = mujoco.MjvCamera()
+            cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+            cam.lookat[:] = camera.lookat
+            cam.distance, cam.azimuth, cam.elevation = camera.distance, camera.azimuth, camera.elevation
+            return cam
         if isinstance(camera, str):
             names = names_of(model)
             try:
@@ -304,7 +330,7 @@ class BatchRenderer:
         return cam
 
     def render(
-        self, sim: SimBackend, world_ids: Sequence[int], camera: str | int = -1, mode: str = "rgb"
+        self, sim: SimBackend, world_ids: Sequence[int], camera: str | int | FreeCamera = -1, mode: str = "rgb"
     ) -> np.ndarray:
         """Render worlds ``world_ids`` of ``sim`` from ``camera``.
 
@@ -312,7 +338,8 @@ class BatchRenderer:
             sim: the simulation (its template model must be the one given to the constructor,
                 or have the same structure).
             world_ids: indices of the worlds to draw, in the order of the output.
-            camera: a camera name, a camera index, or ``-1`` for the free camera.
+            camera: a camera name, a camera index, ``-1`` for the free camera framing the whole
+                model, or a :class:`FreeCamera`.
             mode: ``"rgb"`` (colour), ``"depth"`` (distance along the optical axis in metres,
                 between the model's near and far clipping planes) or ``"segmentation"`` (per pixel
                 the drawn object's id and ``mjtObj`` type, ``-1`` for the background).
