@@ -251,3 +251,17 @@ def test_reacher_pixels_sees_the_arm_move():
     changed = (obs["image"].int() - before.int()).abs().amax(dim=3).gt(30).flatten(1).sum(1)
     assert changed[0] > 5 and changed[1] == 0
     env.close()
+
+
+def test_held_frames_resume_from_a_checkpoint():
+    env = _pixels_env(2, render_every=3)
+    push = torch.tensor([[1.0], [-1.0]])
+    env.step(push)
+    state = env.state_dict()
+    later = [env.step(push)[0]["image"] for _ in range(3)]
+    env.load_state_dict(state)
+    again = [env.step(push)[0]["image"] for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(later, again, strict=True))
+    # Episode step 2 holds the frame of step 0, step 3 renders, step 4 holds it.
+    assert not torch.equal(later[0], later[1]) and torch.equal(later[1], later[2])
+    env.close()
