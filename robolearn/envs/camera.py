@@ -17,6 +17,9 @@ the same state: the env asks for observations again after resetting some worlds 
 only those worlds (their episode step changed) are rendered again. A state is identified by the
 control step, the episode step, ``qpos`` and the world's visual epoch; events that change how a
 world looks without moving it (colours, lights, camera placement) call :func:`invalidate_frames`.
+With ``render_every > 1``, ``BatchedEnv.set_state`` at an episode step that is not due returns the
+held frame, as the camera would; ``env.close()`` does not yet free these renderers (they go with
+the env; :func:`close_cameras` frees them now).
 
 Batching. One :class:`~robolearn.sim.render.BatchRenderer` (one OpenGL context) per resolution and
 lighting setting serves every camera and mode of an env: each call draws only the worlds that are
