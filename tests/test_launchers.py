@@ -96,21 +96,23 @@ def test_joblib_sweep_runs_jobs_in_parallel_processes_with_the_sequential_result
     assert launched["seed=0"]["final_eval_return"] != launched["seed=1"]["final_eval_return"]
 
 
-def test_submitit_local_runs_a_job_through_submitit(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    assert main(["train", "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", "seed=3",
-                 "run_dir=local", *TINY]) == 0
+def test_submitit_local_runs_a_job_through_submitit(tmp_path):
+    pid, status, out, err = _popen_cli(
+        "train", "-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", "seed=3", "run_dir=local", *TINY,
+        cwd=tmp_path,
+    )
+    assert status == 0, err
     run = tmp_path / "local" / "job"  # no swept key: the sequential sweep's single job folder
     assert all((run / name).is_file() for name in RUN_FILES)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 256
-    assert _table(capsys.readouterr().out) == {"local/job": [f"{summary['final_eval_return']:.2f}", "256"]}
+    assert _table(out) == {"local/job": [f"{summary['final_eval_return']:.2f}", "256"]}
     # submitit's own files (the pickled job, its result, its stdout/stderr) live under the sweep
     # dir's .submitit/, beside the job folder, not in it.
     submitit = tmp_path / "local" / ".submitit"
     logs = list(submitit.glob("*/*_log.err"))
     assert len(logs) == 1 and "runs in process" in logs[0].read_text()
-    assert int(re.search(r"runs in process (\d+)", logs[0].read_text()).group(1)) != os.getpid()
+    assert int(re.search(r"runs in process (\d+)", logs[0].read_text()).group(1)) not in (pid, os.getpid())
     assert sorted(p.name for p in run.iterdir()) == sorted([*RUN_FILES, "checkpoints", "learning_curve.png"])
 
 

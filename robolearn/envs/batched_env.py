@@ -435,10 +435,15 @@ class BatchedEnv:
         raise ValueError(f"noise.kind: expected 'uniform' or 'gaussian', got {kind!r}")
 
     def close(self) -> None:
-        """Release resources (renderers); the physics is freed with the object."""
+        """Release resources (the video renderer and the camera terms' renderers); the physics is
+        freed with the object.
+        """
         renderer = self.__dict__.pop("_renderer", None)
         if renderer is not None:
             renderer.close()
+        from robolearn.envs.camera import close_cameras
+
+        close_cameras(self)
 
     def render(self, world_ids: list[int] | None = None, width: int = 320, height: int = 240, camera: str | int = -1) -> np.ndarray:
         """RGB frames ``[len(world_ids), H, W, 3]`` uint8 of selected worlds (default: world 0)."""
