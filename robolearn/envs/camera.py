@@ -35,12 +35,13 @@ at the top, as the rendered arrays are) and depth.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
 import torch
+
+from robolearn.spec.image_ops import CameraIntrinsics
 
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
@@ -55,30 +56,6 @@ _GEOM = int(mujoco.mjtObj.mjOBJ_GEOM)
 
 
 # -- intrinsics and projection -----------------------------------------------------------------
-@dataclass(frozen=True)
-class CameraIntrinsics:
-    """Pinhole intrinsics of a rendered camera, in pixels (OpenCV convention: pixel centres at
-    integer coordinates, ``u`` to the right, ``v`` down).
-    """
-
-    fx: float
-    """Focal length along ``u`` (columns)."""
-    fy: float
-    """Focal length along ``v`` (rows)."""
-    cx: float
-    """Principal point column."""
-    cy: float
-    """Principal point row."""
-    width: int
-    """Image width in pixels."""
-    height: int
-    """Image height in pixels."""
-
-    def matrix(self) -> np.ndarray:
-        """The 3x3 camera matrix ``K`` (float64), as OpenCV takes it."""
-        return np.array([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]])
-
-
 def _positive_int(name: str, value: object) -> int:
     """``value`` as a positive int, or an error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -96,8 +73,7 @@ def intrinsics_from_fovy(fovy_deg: float, width: int, height: int) -> CameraIntr
     width, height = _positive_int("width", width), _positive_int("height", height)
     if not 0.0 < float(fovy_deg) < 180.0:
         raise ValueError(f"fovy: expected a field of view in (0, 180) degrees, got {fovy_deg!r}")
-    f = 0.5 * height / math.tan(math.radians(float(fovy_deg)) / 2.0)
-    return CameraIntrinsics(f, f, (width - 1) / 2.0, (height - 1) / 2.0, width, height)
+    return CameraIntrinsics.from_fovy(float(fovy_deg), width, height)
 
 
 def camera_id(model: mujoco.MjModel, camera: str | int) -> int:
