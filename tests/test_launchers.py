@@ -116,23 +116,27 @@ def test_submitit_local_runs_a_job_through_submitit(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == sorted([*RUN_FILES, "checkpoints", "learning_curve.png"])
 
 
-def test_submitit_slurm_writes_the_sbatch_script_the_user_asked_for(tmp_path, monkeypatch, capsys):
+def test_submitit_slurm_writes_the_sbatch_script_the_user_asked_for(tmp_path):
     """No Slurm here: submitit's SlurmExecutor refuses to start without srun, so its detection is
     told srun exists; sbatch itself is absent (PATH emptied), so submission stops after submitit
-    wrote the job array's sbatch script, which is what a cluster would run."""
-    import submitit.slurm.slurm as submitit_slurm
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(submitit_slurm.SlurmExecutor, "affinity", staticmethod(lambda: 1))
-    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
-    status = main([
+    wrote the job array's sbatch script, which is what a cluster would run. In its own process, like
+    the other launcher runs (a launcher in pytest's process once lost pytest's stderr)."""
+    args = [
         "train", "-m", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", "hydra.launcher.timeout_min=90",
         "hydra.launcher.gpus_per_node=1", "hydra.launcher.cpus_per_task=4", "hydra.launcher.mem_gb=16",
         "hydra.launcher.array_parallelism=1", "hydra.launcher.qos=high",
         "+hydra.launcher.additional_parameters.mail-type=END", "seed=0,1,2", "run_dir=cluster", *TINY,
-    ])
-    assert status == 2
-    assert "hydra/launcher=submitit_slurm: FileNotFoundError" in capsys.readouterr().err
+    ]
+    code = (
+        "import sys, submitit.slurm.slurm as s\n"
+        "s.SlurmExecutor.affinity = staticmethod(lambda: 1)\n"
+        "from robolearn.cli.main import main\n"
+        f"raise SystemExit(main({args!r}))\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": str(tmp_path / "no-bin")}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "hydra/launcher=submitit_slurm: FileNotFoundError" in proc.stderr
     (script,) = (tmp_path / "cluster" / ".submitit").glob(".submission_file_*.sh")
     flags = dict(re.findall(r"^#SBATCH --([\w-]+)=?(.*)$", script.read_text(), flags=re.M))
     assert flags["partition"] == "gpu" and flags["time"] == "90" and flags["gpus-per-node"] == "1"

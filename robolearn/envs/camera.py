@@ -41,6 +41,7 @@ import mujoco
 import numpy as np
 import torch
 
+from robolearn.envs.sync import host_nonzero, to_host
 from robolearn.spec.image_ops import CameraIntrinsics
 
 if TYPE_CHECKING:
@@ -207,11 +208,12 @@ def _frames(
     )
     due = (steps % every == 0) if every > 1 else torch.ones_like(same)
     need = (due & ~same) | (stamp[:, 0] < 0)
-    # Rendering runs on the host anyway (it reads each world's MjData): one sync for the world list.
-    ids = need.nonzero().flatten()
-    if ids.numel():
+    # Rendering runs on the host anyway (it reads each world's MjData): one sync for the world list,
+    # through the env's documented sync point.
+    ids = host_nonzero(need)
+    if ids is not None:
         renderer = _renderer(env, width, height, shadows, reflections)
-        drawn = renderer.render(env.sim, ids.tolist(), camera=camera, mode=kind)
+        drawn = renderer.render(env.sim, [int(i) for i in to_host(ids)], camera=camera, mode=kind)
         if kind == "depth":
             drawn = drawn[..., None]
         elif kind == "segmentation":

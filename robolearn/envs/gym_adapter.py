@@ -1,7 +1,7 @@
 """Gymnasium adapters over :class:`BatchedEnv`: a single env and a vector env.
 
 * :class:`RobolearnGymEnv` is a ``gymnasium.Env`` over a one-world ``BatchedEnv``. Observations
-  are the ``policy`` group as float64; actions are float32 in the actuators' bounds. The batched
+  are the ``policy`` group as float64 (a pixel task's ``image`` group as uint8 frames); actions are float32 in the actuators' bounds. The batched
   env resets a finished world inside ``step``; this adapter hides that: the terminal step returns
   the pre-reset observation (``info["final_obs"]``) and the next episode starts only when the
   caller calls ``reset()``, as Gymnasium expects.
@@ -73,8 +73,18 @@ def _action_space(env: BatchedEnv) -> spaces.Box:
 
 
 def _observation_space(env: BatchedEnv) -> spaces.Box:
-    """Unbounded float64 Box of one world's ``policy`` group."""
-    return spaces.Box(low=-np.inf, high=np.inf, shape=tuple(env.obs_shapes["policy"]), dtype=np.float64)
+    """One world's observation: an unbounded float64 Box of the ``policy`` group or, for a pixel task
+    (an ``image`` group and no ``policy`` group), a uint8 Box ``[0, 255]`` of its ``[H, W, C]`` frame,
+    as Stable-Baselines3's ``CnnPolicy`` takes images.
+    """
+    if "policy" in env.obs_shapes:
+        return spaces.Box(low=-np.inf, high=np.inf, shape=tuple(env.obs_shapes["policy"]), dtype=np.float64)
+    if "image" in env.obs_shapes:
+        return spaces.Box(low=0, high=255, shape=tuple(env.obs_shapes["image"]), dtype=np.uint8)
+    raise ValueError(
+        f"task {env.task_id!r}: the Gymnasium/SB3 adapters expose a 'policy' or an 'image' observation group; "
+        f"it has {sorted(env.obs_shapes)}"
+    )
 
 
 def _build(
@@ -92,8 +102,10 @@ def _build(
 
 
 def _policy_obs(obs: dict[str, torch.Tensor]) -> np.ndarray:
-    """The ``policy`` group as a float64 NumPy array (a copy)."""
-    return obs["policy"].detach().cpu().numpy().astype(np.float64, copy=True)
+    """The ``policy`` group as a float64 NumPy array, or a pixel task's ``image`` group as uint8 (a copy)."""
+    if "policy" in obs:
+        return obs["policy"].detach().cpu().numpy().astype(np.float64, copy=True)
+    return obs["image"].detach().cpu().numpy().astype(np.uint8, copy=True)
 
 
 class RobolearnGymEnv(gymnasium.Env[np.ndarray, np.ndarray]):
