@@ -24,9 +24,7 @@ and the mean ``Dataset.sample`` time over 10 batches.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -36,6 +34,9 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_line  # noqa: E402  (benchmarks/ is not a package)
 
 from robolearn.data import Dataset
 from robolearn.data.formats import HDF5Frames
@@ -156,16 +157,7 @@ def memory(n: int, batch: int, noise: float, folder: Path) -> dict[str, Any]:
 
 def machine() -> str:
     """One line: processor, cores, load, versions, commit, threads."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, check=False).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}, h5py {h5py.__version__} (HDF5 "
-            f"{h5py.version.hdf5_version}), numpy {np.__version__}; commit {commit}; OMP_NUM_THREADS="
-            f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}, torch threads {torch.get_num_threads()}")
+    return machine_line({"h5py": f"{h5py.__version__} (HDF5 {h5py.version.hdf5_version})", "numpy": np.__version__})
 
 
 def main() -> None:

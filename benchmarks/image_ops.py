@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +30,9 @@ from types import SimpleNamespace
 import cv2
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_line  # noqa: E402  (benchmarks/ is not a package)
 
 from robolearn.sim2real.ros.images import compressed_to_numpy, fill_compressed, fill_image, image_to_numpy
 from robolearn.spec.image_ops import (
@@ -102,16 +103,7 @@ def ros_images(repeats: int) -> tuple[list[tuple[str, str, float]], dict[str, in
 
 def machine() -> str:
     """One line: processor, cores, load, versions, commit, threads."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, check=False).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load}; Python "
-            f"{platform.python_version()}, OpenCV {cv2.__version__} ({cv2.getNumThreads()} thread(s)), numpy "
-            f"{np.__version__}, torch {torch.__version__}; commit {commit}; OMP_NUM_THREADS="
-            f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}")
+    return machine_line({"OpenCV": f"{cv2.__version__} ({cv2.getNumThreads()} thread(s))", "numpy": np.__version__})
 
 
 def main() -> None:

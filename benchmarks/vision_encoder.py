@@ -22,8 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import platform
-import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,6 +34,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import robolearn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_line  # noqa: E402  (benchmarks/ is not a package)
+
 from robolearn.export.vision import export_image_policy, image_input_of
 from robolearn.nn.vision import CNNEncoder, MultiModalEncoder, RandomShift
 
@@ -128,15 +131,7 @@ def export(parity_samples: int, latency_repeats: int) -> dict[str, Any]:
 
 def machine() -> str:
     """One line: processor, cores, load, versions, commit, threads."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent, check=False).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load}; Python "
-            f"{platform.python_version()}, torch {torch.__version__}; commit {commit}; OMP_NUM_THREADS="
-            f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}, torch threads {torch.get_num_threads()}")
+    return machine_line(None)
 
 
 def main() -> None:

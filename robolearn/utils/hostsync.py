@@ -27,7 +27,7 @@ Usage::
 
     with count_host_syncs() as profile:
         run_one_iteration()
-    print(profile.format())            # every site with its count, the worst first
+    log.info(profile.format())         # every site with its count, the worst first
 
     with forbid_host_syncs(allowed=ENV_SYNC_POINTS):
         run_one_iteration()            # raises HostSync naming the first other sync
