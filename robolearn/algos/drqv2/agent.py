@@ -441,7 +441,7 @@ class DrQV2:
         soft_update_(self.target_critic, self.critic, cfg.tau)
         self.num_updates += 1
         out = {k: v.detach() for k, v in {**c, **a}.items()}
-        out["std"] = torch.tensor(std)
+        out["std"] = torch.tensor(std, device=dev)
         return out
 
     # -- what the runners and export read ------------------------------------------------------
