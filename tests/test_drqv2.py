@@ -220,5 +220,10 @@ def test_short_run_through_the_off_policy_runner(tmp_path):
     # a checkpoint restores into a fresh agent
     fresh = DrQV2(env.obs_dims, env.action_dim, agent.cfg, action_low=env.ctrl_low, action_high=env.ctrl_high, seed=9)
     fresh.load_state_dict(agent.state_dict())
+    assert fresh.env_steps == agent.env_steps == 40 and fresh.num_updates == agent.num_updates
+    # a rollback restores the networks but keeps the data's count (the std schedule does not go back)
+    fresh.env_steps = 99
+    fresh.load_state_dict(agent.learned_state_dict())
+    assert fresh.env_steps == 99
     obs = eval_env.reset()[0]
     torch.testing.assert_close(_fresh(fresh).act_inference(obs), _fresh(agent).act_inference(obs))

@@ -465,10 +465,12 @@ class DrQV2:
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Networks (the encoder inside the actor's), targets, optimisers, replay, generator and counters."""
-        return {**self.learned_state_dict(), "replay": self.replay.state_dict()}
+        return {**self.learned_state_dict(), "replay": self.replay.state_dict(), "env_steps": self.env_steps}
 
     def learned_state_dict(self) -> dict[str, Any]:
-        """:meth:`state_dict` without the replay buffer (what a rollback of bad updates restores)."""
+        """:meth:`state_dict` without the replay buffer and the env-step count (what a rollback of bad
+        updates restores: the data collected meanwhile, and the std schedule's progress, stay).
+        """
         return {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
@@ -477,7 +479,7 @@ class DrQV2:
             "actor_optimizer": self.actor_optimizer.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "generator": self.generator.get_state(),
-            "counters": {"env_steps": self.env_steps, "num_updates": self.num_updates, "update_calls": self.update_calls},
+            "counters": {"num_updates": self.num_updates, "update_calls": self.update_calls},
             "sampler": self.sampler.state_dict(),
         }
 
@@ -494,7 +496,8 @@ class DrQV2:
         if "generator" in state:
             self.generator.set_state(state["generator"])
         counters = state.get("counters", {})
-        self.env_steps = int(counters.get("env_steps", 0))
+        if "env_steps" in state:
+            self.env_steps = int(state["env_steps"])
         self.num_updates = int(counters.get("num_updates", 0))
         self.update_calls = int(counters.get("update_calls", 0))
         if "sampler" in state:
