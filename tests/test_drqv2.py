@@ -227,3 +227,25 @@ def test_short_run_through_the_off_policy_runner(tmp_path):
     assert fresh.env_steps == 99
     obs = eval_env.reset()[0]
     torch.testing.assert_close(_fresh(fresh).act_inference(obs), _fresh(agent).act_inference(obs))
+
+
+def test_checkpoint_carries_the_frame_stacks_and_n_step_windows():
+    def steps(agent: DrQV2, seeds: range) -> None:
+        for i in seeds:
+            b = _batch(2, seed=i)
+            frames = {"image": b.obs["image"][..., :3], "critic": b.obs["critic"]}
+            nxt = {"image": b.next_obs["image"][..., :3], "critic": b.next_obs["critic"]}
+            agent.act(frames)
+            agent.process(Transition(frames, b.action, b.reward, nxt, torch.tensor([i == 3, False]), b.truncated))
+
+    agent = _agent(learning_starts=10**6)
+    steps(agent, range(4))  # mid-episode: two pending windows per world, world 0 restarting
+    resumed = _agent(learning_starts=10**6)
+    resumed.load_state_dict(agent.state_dict())
+    steps(agent, range(4, 7))
+    steps(resumed, range(4, 7))
+    assert len(resumed.replay) == len(agent.replay) > 0
+    a, r = agent.replay.gather(torch.arange(len(agent.replay))), resumed.replay.gather(torch.arange(len(agent.replay)))
+    assert torch.equal(a.obs["image"], r.obs["image"]) and torch.equal(a.next_obs["image"], r.next_obs["image"])
+    torch.testing.assert_close(a.reward, r.reward)
+    torch.testing.assert_close(a.extras[DISCOUNT], r.extras[DISCOUNT])

@@ -11,8 +11,8 @@ like SAC). What the agent keeps between calls besides its networks:
   discount ``gamma^m`` or 0 on termination) enters the replay per step; an episode end flushes the
   world's shorter windows, so nothing is bootstrapped across a reset.
 
-Neither is in the checkpoint: a resumed run restarts its stacks and windows (it loses at most
-``n_step - 1`` transitions per world). Action repeat is the task's ``decimation``.
+Both are in the checkpoint (:meth:`DrQV2.state_dict`), so a resumed run stores the transitions a
+straight run would. Action repeat is the task's ``decimation``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.utils._pytree import tree_map
 
 from robolearn.algos.drqv2.config import DrQV2Config
 from robolearn.algos.drqv2.losses import actor_loss, critic_loss, noisy_action
@@ -465,7 +466,22 @@ class DrQV2:
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Networks (the encoder inside the actor's), targets, optimisers, replay, generator and counters."""
-        return {**self.learned_state_dict(), "replay": self.replay.state_dict(), "env_steps": self.env_steps}
+        return {
+            **self.learned_state_dict(),
+            "replay": self.replay.state_dict(),
+            "env_steps": self.env_steps,
+            # the training episodes in flight: a resumed run stores the same transitions as a straight one
+            "collection": tree_map(
+                lambda x: x.clone() if isinstance(x, torch.Tensor) else x,  # copies: the window updates in place
+                {
+                    "frames": self.train_stack.frames,
+                    "restart": self.train_stack.restart,
+                    "stacked": self._stacked,
+                    "window_t": self.window.t,
+                    "window": self.window.slots,
+                },
+            ),
+        }
 
     def learned_state_dict(self) -> dict[str, Any]:
         """:meth:`state_dict` without the replay buffer and the env-step count (what a rollback of bad
@@ -498,6 +514,12 @@ class DrQV2:
         counters = state.get("counters", {})
         if "env_steps" in state:
             self.env_steps = int(state["env_steps"])
+        if "collection" in state:
+            col = state["collection"]
+            self.train_stack.frames, self.train_stack.restart = col["frames"], col["restart"]
+            self._stacked = col["stacked"]
+            self.window.t = int(col["window_t"])
+            self.window.slots = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, col["window"])
         self.num_updates = int(counters.get("num_updates", 0))
         self.update_calls = int(counters.get("update_calls", 0))
         if "sampler" in state:
