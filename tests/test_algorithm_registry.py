@@ -23,13 +23,17 @@ from robolearn.types import Algorithm, Batch, Transition
 
 REPO = Path(__file__).resolve().parents[1]
 OBS = {"policy": 3, "critic": 5}
+IMAGE = 16
+PIXEL_ALGOS = {"drqv2"}
+"""Learners whose actor reads the ``image`` group (a square uint8 RGB frame) instead of ``policy``."""
 A = 2
 LOW, HIGH = torch.tensor([-1.0, -2.0]), torch.tensor([1.0, 0.5])
 
 
 def build(name: str, **cfg_kw):
     spec = registry.get(name)
-    return spec.build(spec.config(**cfg_kw), OBS, A, action_low=LOW, action_high=HIGH, seed=3)
+    obs_dims = {**OBS, "image": IMAGE * IMAGE * 3} if name in PIXEL_ALGOS else OBS
+    return spec.build(spec.config(**cfg_kw), obs_dims, A, action_low=LOW, action_high=HIGH, seed=3)
 
 
 def obs_batch(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -52,7 +56,7 @@ def batch(n: int = 32, seed: int = 0) -> Batch:
 
 def test_registry_holds_every_shipped_algorithm():
     assert list(registry.ALGORITHMS) == ["ppo", "sac", "bc", "td3bc", "iql", "cql", "calql", "distill",
-                                         "diffusion", "flow", "reinflow", "dppo", "fql"]
+                                         "diffusion", "flow", "reinflow", "dppo", "fql", "drqv2"]
     assert [n for n, s in registry.ALGORITHMS.items() if s.offline] == ["bc", "td3bc", "iql", "cql", "calql",
                                                                          "diffusion", "flow", "fql"]
     with pytest.raises(KeyError, match="valid choices: ppo, sac, bc"):
@@ -69,6 +73,10 @@ def test_every_agent_answers_every_verb(name):
     agent = build(name)
     assert isinstance(agent, Algorithm)
     obs = obs_batch(6)
+    module_input = obs["policy"]
+    if name in PIXEL_ALGOS:  # a fresh episode: the policy module reads the first frame stacked frame_stack times
+        obs["image"] = torch.randint(0, 256, (6, IMAGE, IMAGE, 3), generator=torch.Generator().manual_seed(5), dtype=torch.uint8)
+        module_input = obs["image"].repeat(1, 1, 1, agent.cfg.frame_stack)
     for verb in (agent.act, agent.act_inference):
         a = verb(obs)
         assert a.shape == (6, A) and torch.isfinite(a).all()
@@ -82,11 +90,16 @@ def test_every_agent_answers_every_verb(name):
         restart()
     # an independent CPU copy that reproduces act_inference on raw observations
     greedy = agent.act_inference(obs)
-    torch.testing.assert_close(module(obs["policy"]), greedy, rtol=1e-5, atol=1e-6)
+    if name in PIXEL_ALGOS:
+        agent.reset(torch.ones(6, dtype=torch.bool))  # act_inference stacks frames: restart its episodes
+        greedy = agent.act_inference(obs)
+    torch.testing.assert_close(module(module_input), greedy, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
         next(module.parameters()).add_(1.0)
     if restart is not None:
         restart()
+    if name in PIXEL_ALGOS:
+        agent.reset(torch.ones(6, dtype=torch.bool))
     torch.testing.assert_close(agent.act_inference(obs), greedy)
 
 

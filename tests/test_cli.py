@@ -197,7 +197,7 @@ def test_sim2sim_gate_prints_the_table_writes_the_report_and_sets_the_status(ppo
 def test_help_lists_the_choices(capsys):
     assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "algo: bc, calql, cql, diffusion, distill, dppo, flow, fql, iql, ppo, reinflow, sac, td3bc" in out
+    assert "algo: bc, calql, cql, diffusion, distill, dppo, drqv2, flow, fql, iql, ppo, reinflow, sac, td3bc" in out
     experiments = next(line for line in out.splitlines() if line.startswith("experiment: "))
     assert {"cartpole_ppo", "quadrotor_hover", "quadruped_flat"} <= set(experiments[len("experiment: "):].split(", "))
     assert "Cartpole-Balance" in out

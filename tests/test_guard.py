@@ -18,7 +18,7 @@ from robolearn.runners.collect import collect_episodes, uniform_policy
 
 SMALL = {
     "actor_hidden": (16,), "critic_hidden": (16,), "value_hidden": (16,), "num_steps": 8, "num_mini_batches": 2,
-    "batch_size": 16, "learning_starts": 8,
+    "batch_size": 16, "learning_starts": 8, "hidden_dim": 16, "feature_dim": 8, "cnn_channels": 4, "update_every": 1,
 }
 """Tiny networks and batches (each applied where the algorithm's config has the field)."""
 
@@ -30,11 +30,22 @@ def cartpole_data() -> Dataset:
     return Dataset.from_episodes(collect_episodes(env, act, 4, seed=0, progress=False))
 
 
+PIXEL_ALGOS = {"drqv2"}
+"""Learners from pixels: their runner steps the pixel cart-pole at 16x16 instead of the state one."""
+
+
+def _env(name: str) -> robolearn.envs.BatchedEnv:
+    if name in PIXEL_ALGOS:
+        size = {"observations__image__terms__rgb__params__width": 16, "observations__image__terms__rgb__params__height": 16}
+        return robolearn.make("Cartpole-Swingup-Pixels", 4, seed=1, episode_length=20, **size)
+    return robolearn.make("Cartpole-Balance", 4, seed=1, episode_length=20)
+
+
 def _runner(name: str, run_dir: Path, data: Dataset):
     spec = ALGORITHMS[name]
     names = {f.name for f in dataclasses.fields(spec.config)}
     cfg = spec.config(**{k: v for k, v in SMALL.items() if k in names})
-    env = robolearn.make("Cartpole-Balance", 4, seed=1, episode_length=20)
+    env = _env(name)
     agent = spec.build(cfg, env.obs_dims, env.action_dim, action_low=env.ctrl_low, action_high=env.ctrl_high, seed=0)
     rcfg = RunnerConfig(total_env_steps=10_000, steps_per_iteration=4, video=False, console=False, tensorboard=False)
     kind = spec.runners[0]

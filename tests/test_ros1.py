@@ -576,6 +576,11 @@ def published_rewards(bag: Path, topics: Topics) -> tuple[np.ndarray, np.ndarray
     return np.array(stamps), np.array(values)
 
 
+MIN_ON_GRID = 50
+"""Steps on the tick grid a bag-import comparison needs (a count: the share falls on a loaded machine,
+while 50 compared steps still catch any mislabelled reward)."""
+
+
 def labelled_vs_published(bag: Path, topics: Topics) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The bag imported by ``robolearn data import-bag`` (labelled by the task's reward terms on the
     logged states) and, for the same steps, the rewards the robot published; and a mask of the steps
@@ -609,7 +614,9 @@ def test_the_recorded_bag_imports_with_the_published_rewards(balance: BalanceRun
     print(f"\nimport of the balancing bag: {labelled.size} steps ({on_grid.sum()} on the grid), labelled mean "
           f"{labelled.mean():.5f}, published mean {published.mean():.5f}; |difference| p50 {np.median(diff):.2e} "
           f"max {diff.max():.2e}")
-    assert labelled.size >= 0.8 * BAG_S * 100 and on_grid.mean() >= 0.8
+    # How many ticks land on the grid depends on the machine's load (a late tick stamps its state off
+    # the grid), so the test asks for enough compared steps, not a share of them.
+    assert labelled.size >= 0.8 * BAG_S * 100 and on_grid.sum() >= MIN_ON_GRID
     assert diff.max() <= 2e-3
 
 
@@ -668,12 +675,16 @@ def test_robot_node_rejects_malformed_commands_and_keeps_holding(balance: Balanc
     start = time.monotonic()
     for what, (names, values, error) in cases.items():
         before = balance.probe.last("robot")["rejected"]
-        for _ in range(10):
-            msg = JointTrajectory(joint_names=names, points=[JointTrajectoryPoint(effort=values)])
+        msg = JointTrajectory(joint_names=names, points=[JointTrajectoryPoint(effort=values)])
+
+        def rejected(b: int = before, error: str = error, msg: JointTrajectory = msg) -> dict[str, Any] | None:
+            # Publishing until the robot has rejected three of them: a loaded machine may drop a
+            # queued message, which a fixed count of ten published ones once did.
             pub.publish(msg)
-            time.sleep(0.01)
-        status = wait_for(lambda b=before: next((s for _, s in balance.probe.get("robot", since=start)
-                                                 if s["rejected"] >= b + 10), None), 5.0, f"10 rejections ({what})")
+            return next((s for _, s in balance.probe.get("robot", since=start)
+                         if s["rejected"] >= b + 3 and error in s["rejected_last"]), None)
+
+        status = wait_for(rejected, 20.0, f"3 rejections ({what})", every_s=0.01)
         assert error in status["rejected_last"], (what, status["rejected_last"])
     statuses = [s for _, s in balance.probe.get("robot", since=start)]
     assert all(s["holding"] for s in statuses)
@@ -720,7 +731,7 @@ def test_an_excitation_log_imports_with_the_published_rewards(balance: BalanceRu
     print(f"\nimport of the excitation bag: {labelled.size} steps ({on_grid.sum()} on the grid), published reward "
           f"range [{published.min():.3f}, {published.max():.3f}]; |difference| p50 {np.median(diff):.2e} p95 "
           f"{np.percentile(diff, 95):.2e} max {diff.max():.2e} (off-grid steps included: max {every.max():.2e})")
-    assert labelled.size >= 0.8 * 3.0 * 100 and on_grid.mean() >= 0.8
+    assert labelled.size >= 0.8 * 3.0 * 100 and on_grid.sum() >= MIN_ON_GRID
     assert published.max() - published.min() > 0.2  # rewards that move
     assert diff.max() <= 5e-3
 

@@ -16,6 +16,7 @@ import torch
 from robolearn.algos.bc import BC, BCConfig
 from robolearn.algos.cql import CQL, CalQLConfig, CQLConfig
 from robolearn.algos.distill import Distill, DistillConfig
+from robolearn.algos.drqv2 import DrQV2, DrQV2Config
 from robolearn.algos.fql import FQL, FQLConfig
 from robolearn.algos.gbc import DiffusionBCConfig, FlowBCConfig, GenerativeBC
 from robolearn.algos.iql import IQL, IQLConfig
@@ -136,5 +137,6 @@ register(AlgoSpec("flow", FlowBCConfig, GenerativeBC, ("offline",), _with_bounds
 register(AlgoSpec("reinflow", ReinFlowConfig, ReinFlow, ("on_policy",), _with_bounds(ReinFlow), "ReinFlow: PPO over a flow policy's noisy denoising chain (on-policy fine-tuning)"))
 register(AlgoSpec("dppo", DPPOConfig, ReinFlow, ("on_policy",), _with_bounds(ReinFlow), "DPPO: PPO over a diffusion policy's DDIM chain (on-policy fine-tuning)"))
 register(AlgoSpec("fql", FQLConfig, FQL, ("offline", "offline_to_online"), _with_bounds(FQL), "Flow Q-learning: BC flow + one-step policy (offline)"))
+register(AlgoSpec("drqv2", DrQV2Config, DrQV2, ("off_policy",), _with_bounds(DrQV2), "DrQ-v2 from pixels: shared CNN, random shifts, n-step double Q (off-policy)"))
 
 __all__ = ["ALGORITHMS", "RUNNER_KINDS", "AgentFactory", "AlgoSpec", "get", "register", "spec_of"]
