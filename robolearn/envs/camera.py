@@ -41,6 +41,7 @@ import mujoco
 import numpy as np
 import torch
 
+from robolearn.envs.cfg import ObsGroup, ObsTerm, TaskCfg
 from robolearn.envs.sync import host_nonzero, to_host
 from robolearn.spec.image_ops import CameraIntrinsics
 
@@ -271,3 +272,17 @@ def camera_segmentation(
     (parameters as :func:`camera_rgb`).
     """
     return _frames(env, camera, "segmentation", width, height, render_every)
+
+
+def pixel_task(cfg: TaskCfg, camera: str | int | FreeCamera, size: int = 84) -> TaskCfg:
+    """``cfg`` seen through ``camera``: its observations become an ``image`` group (RGB uint8
+    ``size`` x ``size``, what a pixel actor reads) and a ``critic`` group holding the state task's
+    ``policy`` terms, clean (for asymmetric learners). Model, dynamics, rewards and time-outs stay.
+    The task has no ``policy`` group: nothing but pixels reaches the actor.
+    """
+    state = cfg.observations["policy"]
+    cfg.observations = {
+        "image": ObsGroup(terms={"rgb": ObsTerm(camera_rgb, params={"camera": camera, "width": size, "height": size})}),
+        "critic": ObsGroup(terms=dict(state.terms), enable_noise=False),
+    }
+    return cfg

@@ -16,8 +16,8 @@ stacking (DrQ-v2 uses 8 and 3 for cart-pole) belong to the learner's config, not
 
 from __future__ import annotations
 
-from robolearn.envs import ObsGroup, ObsTerm, TaskCfg
-from robolearn.envs.camera import camera_rgb
+from robolearn.envs import TaskCfg
+from robolearn.envs.camera import pixel_task
 
 from .cartpole import cartpole_swingup_cfg
 
@@ -27,14 +27,7 @@ IMAGE_SIZE = 84
 
 def cartpole_swingup_pixels_cfg(size: int = IMAGE_SIZE, camera: str = "fixed") -> TaskCfg:
     """Return the config of ``Cartpole-Swingup-Pixels`` (``size`` x ``size`` images from ``camera``)."""
-    cfg = cartpole_swingup_cfg()
-    state = cfg.observations["policy"]
-    cfg.observations = {
-        "image": ObsGroup(
-            terms={"rgb": ObsTerm(camera_rgb, params={"camera": camera, "width": size, "height": size})}
-        ),
-        "critic": ObsGroup(terms=dict(state.terms), enable_noise=False),
-    }
+    cfg = pixel_task(cartpole_swingup_cfg(), camera, size)
     cfg.description = (
         f"DMC cartpole-swingup from pixels: {size}x{size} RGB uint8 image group, 5-D state critic group, "
         "1-D force, reward in [0, 1], 1000 steps"

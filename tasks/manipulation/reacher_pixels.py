@@ -15,8 +15,8 @@ stacking belong to the learner.
 
 from __future__ import annotations
 
-from robolearn.envs import ObsGroup, ObsTerm, TaskCfg
-from robolearn.envs.camera import camera_rgb
+from robolearn.envs import TaskCfg
+from robolearn.envs.camera import pixel_task
 from robolearn.sim.render import FreeCamera
 
 from .reacher import reacher_cfg
@@ -27,14 +27,7 @@ TOP_DOWN = FreeCamera(lookat=(0.0, 0.0, 0.0), distance=0.8, azimuth=90.0, elevat
 
 def reacher_pixels_cfg(size: int = 84) -> TaskCfg:
     """Return the config of ``Reacher-Pixels`` (``size`` x ``size`` images)."""
-    cfg = reacher_cfg()
-    state = cfg.observations["policy"]
-    cfg.observations = {
-        "image": ObsGroup(
-            terms={"rgb": ObsTerm(camera_rgb, params={"camera": TOP_DOWN, "width": size, "height": size})}
-        ),
-        "critic": ObsGroup(terms=dict(state.terms), enable_noise=False),
-    }
+    cfg = pixel_task(reacher_cfg(), TOP_DOWN, size)
     cfg.description = (
         f"Gymnasium Reacher-v5 from pixels: {size}x{size} RGB uint8 image group, 10-D state critic group, "
         "2-D torque, 50 steps"
