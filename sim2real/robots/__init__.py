@@ -5,7 +5,10 @@ brings the simulator; the ROS robots live with the bridges in :mod:`robolearn.si
 """
 
 from robolearn.sim2real.robots.base import (
+    CAMERA_ENCODINGS,
     COMMAND_KINDS,
+    CameraFeature,
+    CameraFrame,
     CommandKind,
     Reading,
     Robot,
@@ -14,4 +17,4 @@ from robolearn.sim2real.robots.base import (
     RobotSpecError,
 )
 
-__all__ = ["COMMAND_KINDS", "CommandKind", "Reading", "Robot", "RobotError", "RobotFeatures", "RobotSpecError"]
+__all__ = ["CAMERA_ENCODINGS", "COMMAND_KINDS", "CameraFeature", "CameraFrame", "CommandKind", "Reading", "Robot", "RobotError", "RobotFeatures", "RobotSpecError"]

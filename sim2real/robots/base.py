@@ -39,6 +39,81 @@ class RobotSpecError(ValueError):
     """A robot description with a missing, malformed or inconsistent field (named, with its value)."""
 
 
+CAMERA_ENCODINGS: dict[str, int] = {"rgb8": 3, "mono8": 1}
+"""Pixel encodings a camera may declare, with their channels (names as in ``sensor_msgs/Image``).
+A frame handed to the runtime is always ``uint8`` in this encoding: RGB order for colour."""
+
+
+@dataclass(frozen=True)
+class CameraFeature:
+    """One camera a robot carries, as it delivers frames to the runtime (before any preprocessing:
+    the policy's manifest says how a frame is resized, converted and cropped).
+    """
+
+    height: int
+    """Rows of a delivered frame."""
+    width: int
+    """Columns of a delivered frame."""
+    encoding: str = "rgb8"
+    """Pixel encoding of a delivered frame (a key of :data:`CAMERA_ENCODINGS`)."""
+    rate_hz: float | None = None
+    """Frames per second the camera is expected to deliver (informative; ``None``: unknown)."""
+
+    def __post_init__(self) -> None:
+        """Validate the size and encoding, naming the field."""
+        for name in ("height", "width"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise RobotSpecError(f"camera.{name}: expected an integer >= 1, got {v!r}")
+        if self.encoding not in CAMERA_ENCODINGS:
+            raise RobotSpecError(f"camera.encoding: expected one of {list(CAMERA_ENCODINGS)}, got {self.encoding!r}")
+        if self.rate_hz is not None and not (math.isfinite(self.rate_hz) and self.rate_hz > 0):
+            raise RobotSpecError(f"camera.rate_hz: expected a positive number or None, got {self.rate_hz!r}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(H, W, C)`` of a delivered frame."""
+        return (self.height, self.width, CAMERA_ENCODINGS[self.encoding])
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping, read back by :meth:`from_dict`."""
+        return {"height": self.height, "width": self.width, "encoding": self.encoding, "rate_hz": self.rate_hz}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "camera") -> CameraFeature:
+        """Read :meth:`to_dict`'s mapping, naming a missing or unknown field."""
+        if not isinstance(data, Mapping):
+            raise RobotSpecError(f"{where}: expected a mapping, got {type(data).__name__}")
+        unknown = sorted(set(data) - {"height", "width", "encoding", "rate_hz"})
+        if unknown:
+            raise RobotSpecError(f"{where}: unknown fields {unknown} (expected height, width, encoding, rate_hz)")
+        for key in ("height", "width"):
+            if key not in data:
+                raise RobotSpecError(f"{where}.{key}: missing")
+        try:
+            return cls(height=data["height"], width=data["width"], encoding=data.get("encoding", "rgb8"),
+                       rate_hz=None if data.get("rate_hz") is None else float(data["rate_hz"]))
+        except RobotSpecError as e:
+            raise RobotSpecError(str(e).replace("camera.", f"{where}.", 1)) from None
+
+
+@dataclass
+class CameraFrame:
+    """One camera image as the runtime receives it."""
+
+    image: np.ndarray
+    """``[H, W, C]`` ``uint8`` pixels in the camera's declared encoding (RGB order for colour)."""
+    stamp: float
+    """When the image was taken (seconds; the message header's time for a ROS camera)."""
+    received: float | None = None
+    """When the runtime got it (``time.monotonic()``), for staleness; ``None``: at ``stamp``."""
+
+    @property
+    def age_reference(self) -> float:
+        """The time staleness is measured from: receipt when known, else the stamp."""
+        return self.stamp if self.received is None else self.received
+
+
 def _floats(values: Sequence[Any], n: int, where: str) -> tuple[float, ...]:
     """``values`` as ``n`` floats (``"inf"`` strings allowed), or an error naming ``where``."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
@@ -86,6 +161,8 @@ class RobotFeatures:
     """Extra readings beyond joint state, by name, with their width (an IMU, a velocity command)."""
     units: Mapping[str, str] = field(default_factory=dict)
     """Unit of each reading or per joint (``{"slider": "m", "hinge": "rad"}``); informative."""
+    cameras: Mapping[str, CameraFeature] = field(default_factory=dict)
+    """Cameras by name; each reading carries the newest frame of each in :attr:`Reading.images`."""
 
     def __post_init__(self) -> None:
         """Validate lengths, kinds and ranges, naming the field."""
@@ -146,6 +223,7 @@ class RobotFeatures:
             "default_pose": list(self.default_pose),
             "extras": dict(self.extras),
             "units": dict(self.units),
+            **({"cameras": {k: c.to_dict() for k, c in self.cameras.items()}} if self.cameras else {}),
         }
 
     @classmethod
@@ -154,7 +232,7 @@ class RobotFeatures:
         if not isinstance(data, Mapping):
             raise RobotSpecError(f"{where}: expected a mapping, got {type(data).__name__}")
         known = {"name", "joints", "command_joints", "command_kind", "rate_hz", "position_limits",
-                 "velocity_limits", "effort_limits", "default_pose", "extras", "units"}
+                 "velocity_limits", "effort_limits", "default_pose", "extras", "units", "cameras"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise RobotSpecError(f"{where}: unknown fields {unknown} (expected {sorted(known)})")
@@ -182,6 +260,8 @@ class RobotFeatures:
             default_pose=_floats(data.get("default_pose", [0.0] * n), n, f"{where}.default_pose"),
             extras={str(k): int(v) for k, v in dict(data.get("extras", {})).items()},
             units={str(k): str(v) for k, v in dict(data.get("units", {})).items()},
+            cameras={str(k): CameraFeature.from_dict(v, f"{where}.cameras.{k}")
+                     for k, v in dict(data.get("cameras", {})).items()},
         )
 
 
@@ -203,6 +283,9 @@ class Reading:
     """Extra readings by name (``RobotFeatures.extras``), ``[width]`` each."""
     received: float | None = None
     """When the runtime got it (``time.monotonic()``), for staleness; ``None``: at ``stamp``."""
+    images: dict[str, CameraFrame] = field(default_factory=dict)
+    """Newest frame of each camera (:attr:`RobotFeatures.cameras`) by name; a camera that has not
+    delivered yet is absent. Each frame carries its own stamp: a camera's staleness is its own."""
 
     @property
     def age_reference(self) -> float:
