@@ -1017,3 +1017,135 @@ def test_robolearn_deploy_refuses_a_described_robot_that_does_not_fit(lqr: Path,
     out = tmp_path / "never"
     assert main(["deploy", f"policy={lqr}", "robot=ros1", f"features={tmp_path / 'arm.json'}", f"out={out}"]) == 2
     assert not out.exists()
+
+
+# -- cameras ---------------------------------------------------------------------------------------
+def camera_pixels(k: int, shape: tuple[int, int, int]) -> np.ndarray:
+    """The ``k``-th frame of a test camera: seeded noise, different for every ``k``."""
+    return np.random.default_rng(k).integers(0, 256, shape, dtype=np.uint8)
+
+
+class FakeCamera:
+    """The test process playing a camera: frame ``k`` (stamp ``k`` s, :func:`camera_pixels`) every
+    ``period_s`` in a thread, as ``Image`` or PNG ``CompressedImage``, until :meth:`pause` or
+    :meth:`close`; ``bad`` replaces the next message by a malformed one."""
+
+    def __init__(self, topic: str, shape: tuple[int, int, int], compressed: bool, period_s: float = 0.03) -> None:
+        """Publish on ``topic`` once a subscriber is connected."""
+        from sensor_msgs.msg import CompressedImage, Image
+
+        self.cls = CompressedImage if compressed else Image
+        self.pub = connected_publisher(topic, self.cls)
+        self.shape, self.compressed, self.period_s = shape, compressed, period_s
+        self.k = 0
+        self.sent: list[int] = []
+        self.running = threading.Event()
+        self.running.set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def message(self, k: int, array: np.ndarray | None = None, encoding: str = "rgb8") -> Any:
+        """Frame ``k`` (or ``array``) as a message stamped ``k`` seconds."""
+        from robolearn.sim2real.ros import images
+
+        msg = self.cls()
+        msg.header.stamp = rospy.Time(k)
+        pixels = camera_pixels(k, self.shape) if array is None else array
+        if self.compressed:
+            return images.fill_compressed(msg, pixels, encoding, "png")
+        return images.fill_image(msg, pixels, encoding)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.running.is_set():
+                self.k += 1
+                self.pub.publish(self.message(self.k))
+                self.sent.append(self.k)
+            self._stop.wait(self.period_s)
+
+    def close(self) -> None:
+        """Stop publishing."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.pub.unregister()
+
+
+def test_ros1_robot_reads_camera_images_and_refuses_mismatched_ones(ros: RosEnv) -> None:
+    """Ros1Robot with two cameras (``front``: Image on ``<ns>/front/image_raw``; ``wrist``: PNG
+    CompressedImage on ``<ns>/wrist/image_raw/compressed``): every Reading carries the newest frame of
+    each, the published pixels exactly with the header's stamp; a message of another width or
+    encoding is refused, counted and named, the last good frame kept; once the camera stops its frame
+    keeps its receipt time (it ages) while the joint states stay fresh."""
+    from dataclasses import replace
+
+    from robolearn.sim2real.robots.base import CameraFeature
+
+    features = replace(TWO, extras={}, cameras={"front": CameraFeature(48, 64, "rgb8", 30.0),
+                                                 "wrist": CameraFeature(24, 32, "rgb8")})
+    topics = Topics(namespace="/rl_cam", image_transport={"wrist": "compressed"})
+    assert topics.image_topic("front") == "/rl_cam/front/image_raw"
+    assert topics.image_topic("wrist") == "/rl_cam/wrist/image_raw/compressed"
+    robot = ros1.Ros1Robot(features, topics)
+    cams: list[FakeCamera] = []
+    with robot:
+        states = connected_publisher(topics.name(topics.joint_states), JointState)
+        front = FakeCamera(topics.image_topic("front"), (48, 64, 3), compressed=False)
+        cams.append(front)
+        wrist = FakeCamera(topics.image_topic("wrist"), (24, 32, 3), compressed=True)
+        cams.append(wrist)
+        try:
+            def publish_state() -> None:
+                msg = JointState(name=list(features.joints), position=[0.0] * 3, velocity=[0.0] * 3)
+                msg.header.stamp = rospy.Time.now()
+                states.publish(msg)
+
+            publish_state()
+            reading = wait_for(lambda: (r := robot.read()) is not None and len(r.images) == 2 and r, 10.0,
+                               "a reading with both cameras")
+            for name, shape in (("front", (48, 64, 3)), ("wrist", (24, 32, 3))):
+                frame = reading.images[name]
+                k = int(round(frame.stamp))
+                assert frame.stamp == float(k) and k >= 1
+                assert frame.image.dtype == np.uint8 and frame.image.shape == shape
+                np.testing.assert_array_equal(frame.image, camera_pixels(k, shape))  # exact, PNG included
+                assert frame.received <= time.monotonic()
+            # a bgr8 message of the same pixels is converted to the declared RGB
+            front.running.clear()
+            time.sleep(0.1)
+            good = front.message(10_000, camera_pixels(10_000, (48, 64, 3))[:, :, ::-1].copy(), "bgr8")
+            front.pub.publish(good)
+            frame = wait_for(lambda: (f := robot.read().images["front"]).stamp == 10_000.0 and f, 5.0, "the bgr8 frame")
+            np.testing.assert_array_equal(frame.image, camera_pixels(10_000, (48, 64, 3)))
+            # mismatched messages: refused, counted, named; the good frame stays
+            bad = [front.message(20_001, camera_pixels(1, (48, 63, 3))),  # width 63
+                   front.message(20_002, camera_pixels(1, (48, 64, 1)), "mono8")]  # gray for a colour camera
+            for n, msg in enumerate(bad, 1):
+                front.pub.publish(msg)
+                wait_for(lambda n=n: robot.rejected_images.count == n, 5.0, f"refusal {n}")
+                if n == 1:
+                    assert robot.rejected_images.last_error == (
+                        "/rl_cam/front/image_raw.width: 63 (expected 64: the camera declares 64x48 rgb8)")
+            assert "/rl_cam/front/image_raw.encoding: 'mono8'" in robot.rejected_images.last_error
+            wrist.running.clear()
+            time.sleep(0.1)
+            wrist.pub.publish(wrist.message(20_003, camera_pixels(1, (24, 30, 3))))
+            wait_for(lambda: robot.rejected_images.count == 3, 5.0, "the compressed refusal")
+            assert "/rl_cam/wrist/image_raw/compressed.data: the png image is 30x24" in robot.rejected_images.last_error
+            assert robot.rejected.count == 0  # the joint states' counter is the joint states' own
+            kept = robot.read().images
+            assert kept["front"].stamp == 10_000.0 and kept["front"] is frame
+            # both cameras stopped: their frames age while the joint states go on
+            held = {n: f.received for n, f in kept.items()}
+            time.sleep(0.3)
+            publish_state()
+            before = robot.read().received
+            wait_for(lambda: robot.read().received > before, 5.0, "a fresh joint state")
+            now = robot.read()
+            assert {n: f.received for n, f in now.images.items()} == held
+            assert now.received - held["front"] > 0.3 and time.monotonic() - held["wrist"] > 0.3
+            assert robot.images_received["front"] >= 2 and robot.images_received["wrist"] >= 1
+        finally:
+            for cam in cams:
+                cam.close()
+            states.unregister()

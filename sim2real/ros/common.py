@@ -13,7 +13,16 @@ topic                type                                         direction
 ``policy_status``    ``std_msgs/String`` (JSON)                   policy -> anyone
 ``robot_status``     ``std_msgs/String`` (JSON)                   robot -> anyone
 ``reward``           ``std_msgs/Float64``                         simulated robot -> logs
+``<camera>/...``     ``sensor_msgs/Image`` or ``CompressedImage``  camera -> policy
 ===================  ===========================================  ==========================
+
+Cameras. Every camera a robot declares (``RobotFeatures.cameras``, by name) is read from one topic,
+image_transport's names by default: ``<namespace>/<camera>/image_raw`` (``sensor_msgs/Image``) or,
+when :attr:`Topics.image_transport` says ``compressed`` for it, ``<namespace>/<camera>/image_raw/compressed``
+(``sensor_msgs/CompressedImage``, PNG or JPEG). :attr:`Topics.images` names another topic per
+camera (relative to the namespace, or absolute). In a parameter file these are
+``topics.images.<camera>`` and ``topics.image_transport.<camera>``; on a policy node's command line
+``--image-topic CAMERA=TOPIC`` and ``--image-transport CAMERA=raw|compressed``.
 
 A message is checked before it is used (:func:`joint_state_reading`, :func:`command_vector`): a
 joint state whose names miss a joint the robot declared, whose arrays disagree in length with its
@@ -33,7 +42,7 @@ import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +52,8 @@ from robolearn.sim2real.robots.base import Reading, RobotFeatures
 
 COMMAND_TYPES = ("float64_multi_array", "joint_trajectory")
 """Message types a command topic may use."""
+IMAGE_TRANSPORTS = ("raw", "compressed")
+"""How a camera's frames travel: ``sensor_msgs/Image`` (``raw``) or ``sensor_msgs/CompressedImage``."""
 
 
 class MalformedMessage(ValueError):
@@ -74,11 +85,34 @@ class Topics:
     """``std_msgs/String`` status of the robot node."""
     reward: str = "reward"
     """``std_msgs/Float64`` reward of the simulated robot (for checking labelled logs)."""
+    images: Mapping[str, str] = field(default_factory=dict)
+    """Image topic by camera name; a camera not listed uses ``<camera>/image_raw`` (raw) or
+    ``<camera>/image_raw/compressed`` (compressed), image_transport's names."""
+    image_transport: Mapping[str, str] = field(default_factory=dict)
+    """``raw`` (``sensor_msgs/Image``, the default) or ``compressed`` (``sensor_msgs/CompressedImage``)
+    by camera name."""
 
     def __post_init__(self) -> None:
-        """Refuse an unknown command type."""
+        """Refuse an unknown command type or image transport."""
         if self.command_type not in COMMAND_TYPES:
             raise ValueError(f"command_type: expected one of {list(COMMAND_TYPES)}, got {self.command_type!r}")
+        for what in ("images", "image_transport"):
+            if not isinstance(getattr(self, what), Mapping):
+                raise ValueError(f"{what}: expected a mapping of camera name to text, got {getattr(self, what)!r}")
+        for camera, transport in self.image_transport.items():
+            if transport not in IMAGE_TRANSPORTS:
+                raise ValueError(f"image_transport.{camera}: expected one of {list(IMAGE_TRANSPORTS)}, got {transport!r}")
+
+    def transport(self, camera: str) -> str:
+        """How ``camera``'s frames travel: ``raw`` or ``compressed``."""
+        return self.image_transport.get(camera, "raw")
+
+    def image_topic(self, camera: str) -> str:
+        """The full name of ``camera``'s image topic (class doc)."""
+        topic = self.images.get(camera)
+        if not topic:
+            topic = f"{camera}/image_raw" + ("/compressed" if self.transport(camera) == "compressed" else "")
+        return self.name(topic)
 
     def name(self, topic: str) -> str:
         """The full name of ``topic`` (an attribute's value) under the namespace."""

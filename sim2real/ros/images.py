@@ -33,6 +33,13 @@ can convert to the encoding the caller wants. PNG is lossless (8 and 16 bit); JP
 
 Every malformed message is refused with :class:`MalformedMessage` naming the topic, the field, the
 value and what was expected.
+
+A robot's camera (:class:`~robolearn.sim2real.robots.base.CameraFeature`: size and ``rgb8`` or
+``mono8``) takes a message through :func:`camera_image`: the message must have the declared size,
+and an encoding of the declared kind (:data:`CAMERA_SOURCES`: any 8-bit colour order for ``rgb8``,
+converted to RGB; 8-bit gray for ``mono8``). Colour to gray or gray to colour is refused rather than
+converted: a camera that sends another kind of picture than its robot declares is misconfigured,
+and the policy must not see a picture it was not trained on.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from robolearn.sim2real.robots.base import CameraFeature
 from robolearn.sim2real.ros.common import MalformedMessage
 
 ENCODINGS: dict[str, tuple[np.dtype, int]] = {
@@ -257,3 +265,41 @@ def fill_compressed(msg: Any, array: np.ndarray, encoding: str, fmt: str = "png"
     msg.format = f"{encoding}; {fmt} compressed {stored}"
     _set_data(msg, buf.tobytes())
     return msg
+
+
+CAMERA_SOURCES: dict[str, tuple[str, ...]] = {
+    "rgb8": ("rgb8", "bgr8", "8UC3", "rgba8", "bgra8"),
+    "mono8": ("mono8", "8UC1"),
+}
+"""Message encodings a camera of each declared encoding takes (converted to the declared one)."""
+
+
+def camera_image(msg: Any, camera: CameraFeature, compressed: bool = False, topic: str = "image") -> np.ndarray:
+    """A camera's frame ``uint8 [H, W, C]`` in ``camera.encoding`` (RGB order for colour) from a
+    ``sensor_msgs/Image`` (``compressed``: a ``CompressedImage``) of either ROS version, or
+    :class:`MalformedMessage` naming the field when its size or encoding is not the declared one
+    (module doc; ``topic`` names the message in the error).
+    """
+    want = camera.encoding
+    accepted = CAMERA_SOURCES[want]
+    declared = f"the camera declares {camera.width}x{camera.height} {want}"
+    if compressed:
+        array = compressed_to_numpy(msg, topic=topic)  # the original encoding where the format names it
+        kind, original = _parse_format(str(msg.format), topic)
+        source = original or {1: "mono8", 3: "bgr8", 4: "bgra8"}.get(array.shape[2], "")
+        if array.dtype != np.uint8 or source not in accepted:
+            raise MalformedMessage(f"{topic}.format: {msg.format!r} decodes to {source or array.dtype} "
+                                   f"(expected one of {list(accepted)}: {declared})")
+        if array.shape[:2] != (camera.height, camera.width):
+            raise MalformedMessage(f"{topic}.data: the {kind} image is {array.shape[1]}x{array.shape[0]} "
+                                   f"(width x height; {declared})")
+    else:
+        source = str(msg.encoding)
+        if source not in accepted:
+            raise MalformedMessage(f"{topic}.encoding: {source!r} (expected one of {list(accepted)}: {declared})")
+        for name, expected in (("width", camera.width), ("height", camera.height)):
+            value = int(getattr(msg, name))
+            if value != expected:
+                raise MalformedMessage(f"{topic}.{name}: {value} (expected {expected}: {declared})")
+        array = image_to_numpy(msg, topic=topic)
+    return np.ascontiguousarray(convert_encoding(array, source, want, topic))

@@ -35,7 +35,7 @@ import yaml
 
 from robolearn.sim2real.deploy.runtime import DeployRuntime
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig
-from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
+from robolearn.sim2real.robots.base import CameraFrame, Reading, Robot, RobotError, RobotFeatures
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
 from robolearn.sim2real.ros.common import (
     MalformedMessage,
@@ -44,6 +44,7 @@ from robolearn.sim2real.ros.common import (
     read_parameters,
     status_json,
 )
+from robolearn.sim2real.ros.images import camera_image
 
 LOG_FORMAT = "[%(name)s][%(levelname)s] %(asctime)s: %(message)s"
 """Log lines as the ROS loggers write them."""
@@ -509,6 +510,11 @@ class TopicRobot(Robot):
         """Malformed joint states (``count``, ``last_error``)."""
         self.received = 0
         """Good joint states received."""
+        self.rejected_images = ThrottledLog(logger, f"robot {features.name!r}: malformed image", log_every_s)
+        """Camera messages refused (size or encoding not the declared camera's, or undecodable)."""
+        self.images_received: dict[str, int] = {name: 0 for name in features.cameras}
+        """Good frames received, by camera."""
+        self._frames: dict[str, CameraFrame] = {}
         self._reading: Reading | None = None
         self._twist: np.ndarray | None = None
         self._twist_key = f"command/{self.topics.cmd_vel_name}"
@@ -548,13 +554,20 @@ class TopicRobot(Robot):
         if self._pub is None:
             raise RobotError(f"robot {self.features.name!r}: read() before connect()")
         with self._lock:
-            reading, twist = self._reading, self._twist
-        if reading is not None and self._twist_key in self.features.extras:
+            reading, twist, frames = self._reading, self._twist, dict(self._frames)
+        if reading is None:
+            return None
+        extras = reading.extras
+        if self._twist_key in self.features.extras:
             extras = dict(reading.extras)
             extras[self._twist_key] = twist if twist is not None else np.zeros(self.features.extras[self._twist_key])
-            reading = Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
-                              reading.received)
-        return reading
+        if extras is reading.extras and not frames:
+            return reading
+        # Each frame keeps its own stamp and receipt time: a camera that stopped goes stale on its
+        # own while the joint states stay fresh. The frames are never written again (a new message
+        # makes a new one), so a Reading holds them without a copy.
+        return Reading(reading.stamp, reading.joint_pos, reading.joint_vel, reading.joint_effort, extras,
+                       reading.received, frames)
 
     def send(self, command: np.ndarray) -> np.ndarray:
         """Publish ``command`` on the command topic; return it (a ROS robot's own clamping is not
@@ -583,6 +596,28 @@ class TopicRobot(Robot):
             # not be ignored until its clock catches up).
             self._reading = reading
             self.received += 1
+
+    def _accept_image(self, camera: str, msg: Any, compressed: bool, stamp: float) -> None:
+        """Keep a camera message (``sensor_msgs/Image``, or ``CompressedImage`` when ``compressed``)
+        as ``camera``'s newest frame when it has the declared size and encoding; count and log it
+        otherwise (the last good frame stays, and goes stale).
+        """
+        received = time.monotonic()
+        topic = self.topics.image_topic(camera)
+        try:
+            image = camera_image(msg, self.features.cameras[camera], compressed, topic)
+        except MalformedMessage as exc:
+            self.rejected_images(str(exc))
+            return
+        frame = CameraFrame(image, float(stamp), received)
+        with self._lock:
+            self._frames[camera] = frame
+            self.images_received[camera] += 1
+
+    def _camera_subscriptions(self) -> list[tuple[str, str, bool]]:
+        """``(camera, full topic, compressed)`` of every declared camera."""
+        t = self.topics
+        return [(c, t.image_topic(c), t.transport(c) == "compressed") for c in self.features.cameras]
 
     def _accept_twist(self, x: float, y: float, yaw: float) -> None:
         """Keep the newest velocity command (non-finite ones are refused like a bad joint state)."""

@@ -12,6 +12,18 @@ deploy runtime measures staleness on its own clock. A malformed message (a joint
 goes stale, and the safety layer holds the robot. An optional ``geometry_msgs/Twist`` topic feeds
 the extra reading ``command/<cmd_vel_name>`` as ``[linear.x, linear.y, angular.z]``.
 
+Cameras. For every camera of ``features.cameras`` the robot subscribes to
+``<namespace>/<camera>/image_raw`` (``sensor_msgs/Image``) or, with ``Topics.image_transport``
+``{camera: "compressed"}``, ``<namespace>/<camera>/image_raw/compressed`` (``CompressedImage``,
+PNG or JPEG); ``Topics.images`` names another topic (:class:`~robolearn.sim2real.ros.common.Topics`).
+A frame is converted to the declared encoding (RGB order) and kept, the newest only, with its
+header stamp and its receipt time, in every :attr:`Reading.images <robolearn.sim2real.robots.base.Reading.images>`;
+a message of another size or kind of encoding is refused, counted (``rejected_images``) and logged
+naming the field (:func:`robolearn.sim2real.ros.images.camera_image`), and the last good frame stays
+and ages. An image subscriber keeps one message (``queue_size=1``: an old frame is worth nothing once
+a newer one is there) and reads with a socket buffer of at least two frames (rospy's default 64 KiB
+buffer makes a subscriber of large messages fall behind and deliver old ones).
+
 The nodes (``python -m robolearn.sim2real.ros.ros1_policy_node`` and ``...ros1_robot_node``) are
 built from these pieces: :func:`init_node`, :func:`command_message` / :func:`parse_command`,
 :func:`joint_state_message`, and the ROS-free bodies of :mod:`robolearn.sim2real.ros.node_common`
@@ -28,7 +40,7 @@ import logging
 import numpy as np
 import rospy
 from geometry_msgs.msg import Twist
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -129,6 +141,13 @@ class Ros1Robot(TopicRobot):
                                            queue_size=1, tcp_nodelay=True))
         if t.cmd_vel:
             self._subs.append(rospy.Subscriber(t.name(t.cmd_vel), Twist, self._on_twist, queue_size=1))
+        for camera, topic, compressed in self._camera_subscriptions():
+            frame_bytes = int(np.prod(self.features.cameras[camera].shape))
+            self._subs.append(rospy.Subscriber(topic, CompressedImage if compressed else Image, self._on_image,
+                                               callback_args=(camera, compressed), queue_size=1,
+                                               buff_size=max(1 << 20, 2 * frame_bytes + (1 << 16)), tcp_nodelay=True))
+            log.info("robot %r: camera %r from %s (%s)", self.features.name, camera, topic,
+                     "CompressedImage" if compressed else "Image")
         self._pub = rospy.Publisher(t.name(t.command), command_class(t.command_type), queue_size=self.queue_size,
                                     tcp_nodelay=True)
         log.info("robot %r: reading %s, commanding %s (%s)", self.features.name, t.name(t.joint_states),
@@ -151,6 +170,9 @@ class Ros1Robot(TopicRobot):
 
     def _on_joint_state(self, msg: JointState) -> None:
         self._accept_joint_state(msg.name, msg.position, msg.velocity, msg.effort, msg.header.stamp.to_sec())
+
+    def _on_image(self, msg: Image | CompressedImage, args: tuple[str, bool]) -> None:
+        self._accept_image(args[0], msg, args[1], msg.header.stamp.to_sec())
 
     def _on_twist(self, msg: Twist) -> None:
         self._accept_twist(msg.linear.x, msg.linear.y, msg.angular.z)

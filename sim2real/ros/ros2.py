@@ -12,6 +12,16 @@ so callbacks arrive while the deploy loop runs in the main thread. The robot's d
 on the ``robot_features`` topic (``std_msgs/String``, JSON, *transient local*: a late subscriber
 still gets it), ROS 2's way of publishing a robot description.
 
+Cameras: the topics, conversion, checks and counters of :mod:`robolearn.sim2real.ros.ros1`
+(``<namespace>/<camera>/image_raw``, or ``.../image_raw/compressed`` with ``Topics.image_transport``
+``compressed``; ``Topics.images`` names another topic), subscribed with :data:`IMAGE_QOS`: the
+sensor-data profile, best effort, keep last, depth 1. Best effort because a lost frame is best
+replaced by the next one, not resent (a reliable reader makes the writer resend the fragments of a
+megabyte frame and queue the next behind them, so the policy would see old frames late), and because
+camera drivers publish best effort (rclcpp's ``SensorDataQoS``), which a reliable reader would not
+match at all; a best-effort reader matches reliable writers too. Depth 1: only the newest frame is
+worth reading. A node publishing frames uses the same profile.
+
 rclpy comes from the ROS 2 venv (``.venv-ros2``, ``scripts/setup.sh``) and, on a shared machine,
 runs only inside ``unshare -n`` (loopback only): the tests and benchmarks do exactly that.
 """
@@ -27,8 +37,8 @@ from builtin_interfaces.msg import Duration
 from geometry_msgs.msg import Twist
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import JointState
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -43,6 +53,9 @@ CONTROL_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 """Joint states and commands: reliable, a short queue (the newest matters)."""
 LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 """The robot's description: kept for subscribers that join later."""
+IMAGE_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
+                       durability=DurabilityPolicy.VOLATILE)
+"""Camera frames: the sensor-data profile with depth 1 (module doc)."""
 
 
 class Spinner:
@@ -139,6 +152,14 @@ class Ros2Robot(TopicRobot):
         self._subs.append(self.node.create_subscription(JointState, t.name(t.joint_states), self._on_joint_state, CONTROL_QOS))
         if t.cmd_vel:
             self._subs.append(self.node.create_subscription(Twist, t.name(t.cmd_vel), self._on_twist, CONTROL_QOS))
+        for camera, topic, compressed in self._camera_subscriptions():
+            def on_image(msg: Image | CompressedImage, camera: str = camera, compressed: bool = compressed) -> None:
+                self._accept_image(camera, msg, compressed, msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
+
+            self._subs.append(self.node.create_subscription(CompressedImage if compressed else Image, topic, on_image,
+                                                            IMAGE_QOS))
+            log.info("robot %r: camera %r from %s (%s)", self.features.name, camera, topic,
+                     "CompressedImage" if compressed else "Image")
         self._pub = self.node.create_publisher(command_class(t.command_type), t.name(t.command), CONTROL_QOS)
         log.info("robot %r: reading %s, commanding %s (%s)", self.features.name, t.name(t.joint_states),
                  t.name(t.command), t.command_type)
