@@ -157,7 +157,10 @@ class ObsGroup:
     enable_noise: bool = True
     """Apply each term's noise (off for critic and privileged groups, typically)."""
     history_length: int = 0
-    """Stack this many past frames (``[N, H * D]``, newest last); 0 keeps one frame, unstacked."""
+    """Stack this many (``k``) past frames, oldest first; 0 keeps one frame, unstacked. A flat group
+    gives ``[N, k * D]``; an image group (one ``[N, H, W, C]`` term) stacks along the channel axis,
+    ``[N, H, W, k * C]`` in the term's dtype (uint8 stays uint8). An episode start fills every slot
+    with its first frame."""
     allow_privileged: bool = False
     """Let privileged terms into a deployable group: an explicit, reviewed exception (the robot
     will have to measure those quantities)."""

@@ -7,6 +7,7 @@ per-operation overhead, not the arithmetic, is what competes with the physics.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -132,11 +133,70 @@ def default_critic(groups: dict[str, ObsGroup]) -> dict[str, ObsGroup]:
     return {**groups, "critic": ObsGroup(terms=terms, enable_noise=False)}
 
 
+class ImageStack:
+    """The last ``length`` frames ``[B, H, W, C]`` of each row stacked along the channel axis:
+    ``[B, H, W, length * C]``, oldest first (frame ``t`` at channels ``t*C .. (t+1)*C - 1``), the
+    layout of DrQ-v2's agent-side stack and of the manifest's ``ImageInputSpec.frames``.
+
+    The frames keep their dtype (uint8 colour stays uint8: no float copy) and every operation is a
+    torch one on the frames' device, with no host sync. A row that restarts (an episode start) is
+    filled with ``length`` copies of its first frame.
+    """
+
+    def __init__(self, length: int) -> None:
+        """An empty stack of ``length`` frames; the first frame fills it."""
+        if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+            raise ValueError(f"history_length: expected an integer >= 2 to stack images, got {length!r}")
+        self.length = length
+        self.window: torch.Tensor | None = None
+        """The stacked frames ``[B, H, W, length * C]`` (``None`` before the first frame). Replaced
+        at every push, never written in place, so an observation returned earlier keeps its values."""
+
+    def fresh(self, frame: torch.Tensor) -> torch.Tensor:
+        """``length`` copies of ``frame`` ``[B, ..., C]`` along the last axis (a new tensor)."""
+        return frame.repeat(*([1] * (frame.ndim - 1)), self.length)
+
+    def __call__(
+        self, frame: torch.Tensor, rows: torch.Tensor | None = None, restart: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Push ``frame`` and return the stack.
+
+        Args:
+            frame: ``[B, H, W, C]``, every row's new frame (or only those of ``rows``).
+            rows: the rows ``frame`` holds, which restart (a partial reset by index): their stacks
+                are refilled with their frame and only their rows are returned.
+            restart: ``[B]`` bool, with ``rows=None``: rows whose frame starts an episode (refilled
+                instead of shifted).
+        """
+        if self.window is None:
+            if rows is not None:
+                raise ValueError("image history: the first frame must cover every row (rows=None)")
+            self.window = self.fresh(frame)
+            return self.window
+        if rows is not None:
+            fresh = self.fresh(frame)
+            window = self.window.clone()
+            window[rows] = fresh
+            self.window = window
+            return fresh
+        channels = frame.shape[-1]
+        # One new tensor per step: the window shifted by one frame, the new frame appended.
+        stacked = torch.cat([self.window[..., channels:], frame], dim=-1)
+        if restart is not None:
+            stacked = torch.where(restart.view(-1, *([1] * (frame.ndim - 1))), self.fresh(frame), stacked)
+        self.window = stacked
+        return stacked
+
+
 class ObservationManager:
     """Computes every observation group: one ``[N, D]`` tensor per group (terms concatenated).
 
     A group of a single term that returns more than one dimension per world (an ``image`` term's
-    ``[N, H, W, C]``) keeps that shape instead of being flattened.
+    ``[N, H, W, C]``) keeps that shape instead of being flattened. Such a group with
+    ``history_length=k > 1`` stacks its last ``k`` frames along the last (channel) axis,
+    ``[N, H, W, k*C]``, oldest first (:class:`ImageStack`); its policy spec keeps the shape of one
+    frame and records ``history_length=k``, as the manifest's ``ImageInputSpec`` (``frames=k``,
+    one frame ``[H, W, C]`` of the group) describes a stacked image input.
     """
 
     def __init__(
@@ -170,6 +230,9 @@ class ObservationManager:
         """Each group's spec (terms, widths, noise, clip, scale, history, delay), as the policy spec has it."""
         self.processors: dict[str, ObservationProcessor] = {}
         """Each group's processing (``robolearn.spec.processors``), built from its spec."""
+        self.image_stacks: dict[str, ImageStack] = {}
+        """The frame stack of each shaped (image) group with ``history_length > 1``, applied after
+        its processor (whose own history stacks flat frames only)."""
         for gname, group in groups.items():
             if not group.terms:
                 raise ValueError(f"observations.{gname}: a group needs at least one term")
@@ -187,19 +250,27 @@ class ObservationManager:
                 privileged.append(is_privileged(term))
                 shape = tuple(value.shape[1:])
             flat = len(dims) > 1 or len(shape) <= 1
-            if not flat and group.history_length > 1:
-                raise ValueError(f"observations.{gname}.history_length: stacking is for flat groups only")
-            self.shapes[gname] = (sum(dims) * max(1, group.history_length),) if flat else shape
-            self.specs[gname] = obs_group_spec(gname, group, dims, self.shapes[gname], privileged)
+            stack = not flat and group.history_length > 1
+            if flat:
+                self.shapes[gname] = (sum(dims) * max(1, group.history_length),)
+            else:  # frames stacked along the last (channel) axis
+                self.shapes[gname] = (*shape[:-1], shape[-1] * max(1, group.history_length))
+            # A shaped group's spec holds one frame's shape (its stack is history_length frames).
+            self.specs[gname] = obs_group_spec(gname, group, dims, self.shapes[gname] if flat else shape, privileged)
+            spec = self.specs[gname]
+            if stack:
+                # The processor's History flattens frames: the image stack replaces it.
+                spec = dataclasses.replace(spec, history_length=0)
+                self.image_stacks[gname] = ImageStack(int(group.history_length))
             self.processors[gname] = ObservationProcessor(
-                gname, self.specs[gname], dtype=env.dtype, device=env.device, delay=self.delays.get(gname)
+                gname, spec, dtype=env.dtype, device=env.device, delay=self.delays.get(gname)
             )
         self.dims = {g: int(torch.Size(s).numel()) for g, s in self.shapes.items()}
         self._step_draws = _StepDraws(env)
         # Per group: whether its processing records draws that later groups' terms may read (a
         # delay with per-step jitter or holds records them; one without records nothing per step).
         self._plan = [
-            (g, group, p, p.delay is not None and bool(getattr(p.delay, "records_draws", True)))
+            (g, group, p, p.delay is not None and bool(getattr(p.delay, "records_draws", True)), self.image_stacks.get(g))
             for g, group in groups.items()
             for p in (self.processors[g],)
         ]
@@ -225,7 +296,8 @@ class ObservationManager:
         # terms read (mdp.drawn), so what was read before such a group is read again after it:
         # every group sees the values it would see if each read its own terms.
         seen: dict[int, torch.Tensor] = {}
-        for gname, group, proc, records in self._plan:
+        restart: torch.Tensor | None = None
+        for gname, group, proc, records, stack in self._plan:
             values = []
             for term in group.terms.values():
                 value = seen.get(id(term))
@@ -236,17 +308,25 @@ class ObservationManager:
                     seen[id(term)] = value
                 values.append(value)
             out[gname] = proc(values, rows if group.enable_noise else None, env_ids)
+            if stack is not None:
+                if env_ids is None and restart is None:
+                    # A world at episode step 0 has just been reset (every world after env.reset()):
+                    # its stack restarts. Partial resets within a step come with env_ids instead.
+                    restart = env.episode_length == 0
+                out[gname] = stack(out[gname], env_ids, restart if env_ids is None else None)
             if records:
                 seen.clear()
         return out
 
     def history_state(self) -> dict[str, torch.Tensor]:
-        """The history window of each stacked group (copies), for checkpoints."""
-        return {
+        """The history window of each stacked group, flat or image (copies), for checkpoints."""
+        state = {
             g: p.history.window.clone()
             for g, p in self.processors.items()
             if p.history is not None and p.history.window is not None
         }
+        state.update({g: s.window.clone() for g, s in self.image_stacks.items() if s.window is not None})
+        return state
 
     def load_history_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore :meth:`history_state` (onto the env's device)."""
@@ -254,6 +334,9 @@ class ObservationManager:
             if p.history is not None:
                 window = state.get(g)
                 p.history.window = None if window is None else window.to(self.env.device, copy=True)
+        for g, s in self.image_stacks.items():
+            window = state.get(g)
+            s.window = None if window is None else window.to(self.env.device, copy=True)
 
 class ActionManager:
     """Maps the ``[N, A]`` action to MuJoCo controls ``[N, nu]`` (scale, offset, clip)."""

@@ -106,6 +106,11 @@ def obs_group_spec(
 ) -> ObsGroupSpec:
     """The spec of group ``name`` of a task config, given each term's width and privileged flag
     (in order) and the group's observation shape, as the observation manager probed them.
+
+    ``shape`` is the whole observation for a flat group (``frame_dim * history_length``) but one
+    frame ``[H, W, C]`` for a shaped (image) group, whose ``history_length`` frames the env stacks
+    along the channel axis: what ``ImageInputSpec`` checks (its ``frame_shape`` is one frame of
+    the group, its ``frames`` the stack).
     """
     terms, start = [], 0
     for (tname, term), dim, priv in zip(group.terms.items(), dims, privileged, strict=True):

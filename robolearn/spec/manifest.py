@@ -148,7 +148,8 @@ class ObsGroupSpec:
 
     shape: tuple[int, ...]
     """Shape of one world's observation: ``[frame_dim * max(1, history_length)]`` for a flat group,
-    the single term's own shape (``[H, W, C]``) otherwise."""
+    the single term's own shape (``[H, W, C]``, one frame) otherwise; the env stacks a shaped
+    group's ``history_length`` frames along the last axis (``[H, W, history_length * C]``)."""
     frame_dim: int = field(metadata=_min(1))
     """Numbers in one frame (the terms' ``dim`` summed)."""
     terms: tuple[ObsTermSpec, ...]
@@ -663,6 +664,12 @@ class ImageInputSpec:
                 f"{where}.shape: one frame of it is {list(self.frame_shape)} [H, W, C], but "
                 f"policy_spec.observations.{self.group}.shape is {list(group.shape)}"
             )
+        if group.history_length > 1 and self.frames != group.history_length:
+            # The env stacked the frames the policy learnt from: the input must be that stack.
+            raise SpecError(
+                f"{where}.frames: the env stacks policy_spec.observations.{self.group}.history_length = "
+                f"{group.history_length} frames, got frames={self.frames}"
+            )
 
     @staticmethod
     def json_schema() -> dict[str, Any]:
@@ -723,8 +730,8 @@ def _check_group(gname: str, group: ObsGroupSpec, where: str) -> None:
         if group.shape[0] != expected:
             raise SpecError(f"{where}.shape: expected [{expected}] (frame_dim x history), got {list(group.shape)}")
     else:
-        if len(group.terms) != 1 or group.history_length > 1:
-            raise SpecError(f"{where}.shape: a shaped group {list(group.shape)} has one term and no history")
+        if len(group.terms) != 1:
+            raise SpecError(f"{where}.shape: a shaped group {list(group.shape)} has one term")
         if math.prod(group.shape) != group.frame_dim:
             raise SpecError(f"{where}.shape: {list(group.shape)} holds {math.prod(group.shape)} numbers, frame_dim is {group.frame_dim}")
     if group.delay is not None:
