@@ -1138,9 +1138,8 @@ def test_ros1_robot_reads_camera_images_and_refuses_mismatched_ones(ros: RosEnv)
             # both cameras stopped: their frames age while the joint states go on
             held = {n: f.received for n, f in kept.items()}
             time.sleep(0.3)
-            publish_state()
             before = robot.read().received
-            wait_for(lambda: robot.read().received > before, 5.0, "a fresh joint state")
+            wait_for(lambda: publish_state() or robot.read().received > before, 5.0, "a fresh joint state", 0.02)
             now = robot.read()
             assert {n: f.received for n, f in now.images.items()} == held
             assert now.received - held["front"] > 0.3 and time.monotonic() - held["wrist"] > 0.3
@@ -1149,3 +1148,45 @@ def test_ros1_robot_reads_camera_images_and_refuses_mismatched_ones(ros: RosEnv)
             for cam in cams:
                 cam.close()
             states.unregister()
+
+
+def test_ros1_robot_node_publishes_the_pixel_task_camera_end_to_end(ros: RosEnv, tmp_path: Path) -> None:
+    """The robot node on ``Cartpole-Swingup-Pixels`` with ``--images`` declares its camera
+    (``fixed``, 84x84 rgb8 at the control rate) and publishes its frames on
+    ``<ns>/fixed/image_raw``; a Ros1Robot reading that description gets frames of that shape with
+    every reading, and the picture changes as commands push the cart."""
+    from robolearn.sim2real.robots.base import CameraFeature
+
+    topics = Topics(namespace="/rl_px")
+    out = tmp_path / "pixels.json"
+    proc = node("ros1_robot_node", "robot_px", ["--task", "Cartpole-Swingup-Pixels", "--namespace", topics.namespace,
+                                                "--images", "--features-out", str(out), "--duration", "60"],
+                ros.env, ros.root)
+    try:
+        wait_for(out.exists, 60.0, f"the robot node's features\n{proc.text()}", every_s=0.1)
+        features = RobotFeatures.from_dict(json.loads(out.read_text()))
+        assert dict(features.cameras) == {"fixed": CameraFeature(84, 84, "rgb8", 100.0)}
+        robot = ros1.Ros1Robot(features, topics)
+        with robot:
+            first = wait_for(lambda: (r := robot.read()) is not None and "fixed" in r.images and r, 30.0,
+                             f"a reading with a frame\n{proc.text()}")
+            frame0 = first.images["fixed"]
+            assert frame0.image.shape == (84, 84, 3) and frame0.image.dtype == np.uint8
+            assert frame0.image.std() > 5  # a picture, not a blank buffer
+            wait_for(lambda: robot._command_subscribers() > 0, 10.0, "the robot node's command subscriber")
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 1.5:  # push the cart
+                robot.send(np.array([1.0]))
+                time.sleep(0.01)
+            last = robot.read()
+        moved = abs(last.joint_pos[0] - first.joint_pos[0])
+        changed = np.mean(np.any(last.images["fixed"].image != frame0.image, axis=-1))
+        print(f"\ncart moved {moved:.3f} m; {changed:.1%} of the pixels changed; "
+              f"{robot.images_received['fixed']} frames in {time.monotonic() - t0:.1f} s")
+        assert moved > 0.2, proc.text()
+        assert changed > 0.005  # the cart is a small part of the picture: ~1.5 % of it changes
+        assert last.images["fixed"].stamp > frame0.stamp
+        assert robot.images_received["fixed"] > 50  # about 100 Hz for 1.5 s and more
+        assert robot.rejected_images.count == 0
+    finally:
+        proc.stop()

@@ -25,8 +25,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,9 +35,17 @@ import yaml
 
 from robolearn.sim2real.deploy.runtime import DeployRuntime
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig
-from robolearn.sim2real.robots.base import CameraFrame, Reading, Robot, RobotError, RobotFeatures
+from robolearn.sim2real.robots.base import (
+    CameraFeature,
+    CameraFrame,
+    Reading,
+    Robot,
+    RobotError,
+    RobotFeatures,
+)
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
 from robolearn.sim2real.ros.common import (
+    IMAGE_TRANSPORTS,
     MalformedMessage,
     Topics,
     joint_state_reading,
@@ -193,6 +201,10 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--sampler-seed", type=int, default=0, help="chunked generative policies: seed of the sampler noise")
     p.add_argument("--sampler-noise", default="normal", choices=["normal", "zero"],
                    help="chunked generative policies: standard normal sampler noise, or zeros (deterministic)")
+    p.add_argument("--image-topic", action="append", default=[], metavar="CAMERA=TOPIC",
+                   help="a camera's image topic (default <namespace>/<camera>/image_raw[/compressed])")
+    p.add_argument("--image-transport", action="append", default=[], metavar="CAMERA=raw|compressed",
+                   help="a camera's frames as sensor_msgs/Image (raw, the default) or CompressedImage")
     return _add_process_arguments(p)
 
 
@@ -212,7 +224,27 @@ def add_robot_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="seconds to wait for a command publisher; then the world stands still (its readings "
                         "published) until the first command (0: start at once)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until SIGINT/SIGTERM)")
+    p.add_argument("--images", action="store_true",
+                   help="publish the frames of a pixel task's cameras (its image observation group) on "
+                        "<namespace>/<camera>/image_raw (declared in the robot's features)")
+    p.add_argument("--image-transport", default="raw", choices=["raw", "compressed"],
+                   help="frames as sensor_msgs/Image (raw) or PNG sensor_msgs/CompressedImage on "
+                        "<namespace>/<camera>/image_raw/compressed")
+    p.add_argument("--image-every", type=int, default=1, help="publish frames every this many control steps")
     return _add_process_arguments(p)
+
+
+def _camera_options(items: list[str], flag: str, check: Callable[[str], None] | None = None) -> dict[str, str]:
+    """``CAMERA=VALUE`` flags as a mapping, naming a malformed one."""
+    out: dict[str, str] = {}
+    for item in items:
+        camera, sep, value = item.partition("=")
+        if not sep or not camera or not value:
+            raise SystemExit(f"{flag}: expected CAMERA=VALUE, got {item!r}")
+        if check is not None:
+            check(value)
+        out[camera] = value
+    return out
 
 
 @dataclass
@@ -238,9 +270,19 @@ def policy_settings(args: argparse.Namespace, node: str) -> PolicySettings:
         topic_fields["namespace"] = args.namespace
     if args.command_type is not None:
         topic_fields["command_type"] = args.command_type
+
+    def transport(value: str) -> None:
+        if value not in IMAGE_TRANSPORTS:
+            raise SystemExit(f"--image-transport: expected raw or compressed, got {value!r}")
+
+    for key, attr, flag, check in (("images", "image_topic", "--image-topic", None),
+                                   ("image_transport", "image_transport", "--image-transport", transport)):
+        given = _camera_options(list(getattr(args, attr, None) or []), flag, check)
+        if given:
+            topic_fields[key] = {**dict(topic_fields.get(key) or {}), **given}
     try:
         topics = Topics(**topic_fields)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise SystemExit(f"--params: topics: {exc}") from None
     policy_dir = args.policy or params.get("policy")
     if not policy_dir:
@@ -396,6 +438,9 @@ class RobotTransport(Protocol):
     def publish_status(self, text: str) -> None:
         """Publish ``robot_status``."""
 
+    def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
+        """Publish each camera's frame (``uint8 [H, W, C]`` in its declared encoding), stamped now."""
+
     def command_publishers(self) -> int:
         """Publishers connected to the command topic."""
 
@@ -410,9 +455,13 @@ class RobotNode:
     """
 
     def __init__(self, robot: SimulatedRobot, transport: RobotTransport, args: argparse.Namespace,
-                 topics: Topics, logger: logging.Logger) -> None:
-        """Wire ``robot`` to ``transport`` (nothing runs until :meth:`run`)."""
+                 topics: Topics, logger: logging.Logger, cameras: SimCameras | None = None) -> None:
+        """Wire ``robot`` to ``transport`` (nothing runs until :meth:`run`); ``cameras``: publish
+        their frames every ``cameras.every`` ticks.
+        """
         self.robot = robot
+        self.cameras = cameras
+        self.ticks = 0
         self.transport = transport
         self.args = args
         self.topics = topics
@@ -440,6 +489,14 @@ class RobotNode:
         if self.args.command_log:
             self.received.append((wall, mono, cmd))
 
+    def _on_tick(self) -> None:
+        """After every step (the stepping thread): the state, the reward, and the frames when due."""
+        reading = self.robot.read()
+        self.transport.publish_tick(reading, self.robot.last_reward if self.robot.steps else None)
+        if self.cameras is not None and self.ticks % self.cameras.every == 0:
+            self.transport.publish_images(self.cameras.frames(reading))
+        self.ticks += 1
+
     def on_estop(self, pressed: bool) -> None:
         """Latch the e-stop on ``true``: the robot holds until the node ends."""
         if pressed and not self.estop.is_set():
@@ -454,7 +511,7 @@ class RobotNode:
         args, robot = self.args, self.robot
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: self.stop.set())
-        robot.on_tick = lambda: self.transport.publish_tick(robot.read(), robot.last_reward if robot.steps else None)
+        robot.on_tick = self._on_tick
         if args.wait_for_policy > 0:
             # Like a driver enabling its motors once a controller is there: a cart-pole left alone
             # falls in a second, long before a policy process has loaded its network. The world
@@ -483,14 +540,90 @@ class RobotNode:
                              robot.steps, len(robot.hold_events), self.rejected.count)
 
 
-def start_robot(args: argparse.Namespace) -> SimulatedRobot:
-    """The node's simulated robot from its flags (real time, its features written when asked)."""
+class SimCameras:
+    """The cameras of a simulated robot's pixel task: the terms of its ``image`` observation group
+    that give ``uint8`` colour or gray frames, named by the term's ``camera`` parameter when it is a
+    name (``fixed`` for Cartpole-Swingup-Pixels), else by the term's name.
+
+    The frames are the task's own: the env renders them in every step (from the stepping thread),
+    and a term called again for the same state returns the held frame without drawing it again, so
+    publishing costs a copy. A robot that fills ``Reading.images`` itself is published as it is.
+    """
+
+    def __init__(self, robot: SimulatedRobot, every: int = 1) -> None:
+        """Find the camera terms of ``robot``'s task (``SystemExit`` naming the task when it has none)."""
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise SystemExit(f"--image-every: expected an integer >= 1, got {every!r}")
+        self.env = robot.env
+        self.every = every
+        """Publish every this many ticks."""
+        group = robot.env.cfg.observations.get("image")
+        self.terms: dict[str, Any] = {}
+        cameras = dict(robot.features.cameras)
+        for term_name, term in (group.terms.items() if group is not None else ()):
+            # Named as the deploy runtime looks a policy's camera up (and SimulatedRobot declares
+            # it): the term's MJCF camera name, else the term's name.
+            camera = (term.params or {}).get("camera")
+            name = camera if isinstance(camera, str) and camera else term_name
+            frame = self._render(term)
+            if frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] in (1, 3):
+                self.terms[name] = term
+                cameras.setdefault(name, CameraFeature(int(frame.shape[0]), int(frame.shape[1]),
+                                                       "rgb8" if frame.shape[2] == 3 else "mono8",
+                                                       robot.features.rate_hz / every))
+        if not cameras:
+            raise SystemExit(f"--images: task {robot.task_id!r} has no camera (no uint8 term in an 'image' "
+                             "observation group); use a pixel task such as Cartpole-Swingup-Pixels")
+        self.features: RobotFeatures = replace(robot.features, cameras=cameras)
+        """The robot's features with its cameras declared."""
+
+    def _render(self, term: Any) -> np.ndarray:
+        """World 0's frame of an observation term as NumPy."""
+        value = term.func(self.env, **term.params)
+        return np.asarray(value[0].cpu().numpy() if hasattr(value, "cpu") else value[0])
+
+    def frames(self, reading: Reading) -> dict[str, np.ndarray]:
+        """The current frame of every camera: ``reading``'s own where the robot fills them."""
+        out = {name: frame.image for name, frame in reading.images.items() if name in self.features.cameras}
+        for name, term in self.terms.items():
+            if name not in out:
+                out[name] = self._render(term)
+        return out
+
+
+def release_gl_context(logger: logging.Logger) -> None:
+    """Let another thread render: with EGL a context is current in one thread at a time, and the
+    env made its renderer's context current in this (the main) thread when it reset, while the
+    real-time robot steps, and so renders, in its own thread. Nothing to do for other backends.
+    """
+    if os.environ.get("MUJOCO_GL") != "egl":
+        return
+    try:
+        from OpenGL import EGL
+
+        display = EGL.eglGetCurrentDisplay()
+        if display and display != EGL.EGL_NO_DISPLAY:
+            EGL.eglMakeCurrent(display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
+    except Exception as exc:  # PyOpenGL errors come in many types; the stepping thread will say more
+        logger.warning("could not release the EGL context of the main thread: %s", exc)
+
+
+def start_robot(args: argparse.Namespace,
+                logger: logging.Logger | None = None) -> tuple[SimulatedRobot, RobotFeatures, SimCameras | None]:
+    """The node's simulated robot from its flags (real time), the features the node declares
+    (written when asked: cameras only with ``--images``, as only then are frames published) and,
+    with ``--images``, its cameras.
+    """
     robot = SimulatedRobot(args.task, seed=args.seed, realtime=True, command_timeout_s=args.command_timeout,
                            hold_kd=args.hold_kd, overrides=parse_overrides(args.override),
                            start_on_command=args.wait_for_policy > 0)
+    cameras = SimCameras(robot, args.image_every) if getattr(args, "images", False) else None
+    # A pixel task renders in every step, from the stepping thread: whether or not frames are published.
+    release_gl_context(logger or logging.getLogger(__name__))
+    features = cameras.features if cameras is not None else replace(robot.features, cameras={})
     if args.features_out:
-        write_text_atomic(args.features_out, json.dumps(robot.features.to_dict(), indent=2))
-    return robot
+        write_text_atomic(args.features_out, json.dumps(features.to_dict(), indent=2))
+    return robot, features, cameras
 
 
 # -- a robot behind topics, whatever the ROS client -------------------------------------------

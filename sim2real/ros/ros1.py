@@ -46,12 +46,13 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from robolearn.sim2real.robots.base import Reading, RobotError, RobotFeatures
 from robolearn.sim2real.ros.common import TRAJECTORY_FIELD, Topics, parse_command
+from robolearn.sim2real.ros.images import fill_compressed, fill_image
 from robolearn.sim2real.ros.node_common import ThrottledLog, TopicRobot, log_to_stderr, write_text_atomic
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Ros1Robot", "ThrottledLog", "command_class", "command_message", "init_node", "joint_state_message",
+    "Ros1Robot", "ThrottledLog", "command_class", "command_message", "image_message", "init_node", "joint_state_message",
     "log_to_stderr", "parse_command", "write_text_atomic",
 ]
 
@@ -114,6 +115,16 @@ def joint_state_message(features: RobotFeatures, reading: Reading, stamp: rospy.
     if reading.joint_effort is not None:
         msg.effort = reading.joint_effort.tolist()
     return msg
+
+
+def image_message(array: np.ndarray, encoding: str, compressed: bool = False,
+                  stamp: rospy.Time | None = None) -> Image | CompressedImage:
+    """A camera frame (``[H, W, C]`` in ``encoding``) as an ``Image``, or a PNG ``CompressedImage``
+    (lossless) when ``compressed``; ``header.stamp``: ``stamp`` or now.
+    """
+    msg = CompressedImage() if compressed else Image()
+    msg.header.stamp = stamp if stamp is not None else rospy.Time.now()
+    return fill_compressed(msg, array, encoding, "png") if compressed else fill_image(msg, array, encoding)
 
 
 class Ros1Robot(TopicRobot):

@@ -3,7 +3,7 @@
     python -m robolearn.sim2real.ros.ros1_robot_node --task Cartpole-Balance [--namespace /robolearn]
         [--command-type float64_multi_array|joint_trajectory] [--command-timeout 0.1] [--seed 0]
         [--features-out robot.json] [--override timestep=0.005 ...] [--command-log commands.npz]
-        [--wait-for-policy S] [--duration S]
+        [--wait-for-policy S] [--duration S] [--images [--image-transport raw|compressed] [--image-every K]]
 
 The world steps in real time at the task's control rate
 (:class:`~robolearn.sim2real.robots.sim_robot.SimulatedRobot`, ``realtime=True``); after every
@@ -27,6 +27,14 @@ measurements (``benchmarks/ros_loop.py``). ``--wait-for-policy S`` keeps the wor
 published) until a command publisher connects, or ``S`` seconds passed, and then still (its readings
 published every period) until the first command: a balancing task would otherwise fall while the
 policy process is still starting.
+
+``--images`` (a pixel task such as ``Cartpole-Swingup-Pixels``): after every ``--image-every``-th
+step each camera of the task's ``image`` observation group publishes its frame, the env's own
+observation of that state, on ``<namespace>/<camera>/image_raw`` as ``sensor_msgs/Image`` (``rgb8``,
+stamped like the joint state of that step), or with ``--image-transport compressed`` on
+``<namespace>/<camera>/image_raw/compressed`` as a PNG ``CompressedImage`` (lossless); the cameras
+are declared in the features (``~features``, ``--features-out``), named by the term's MJCF camera
+(``fixed`` for Cartpole-Swingup-Pixels). The publishers keep one frame (``queue_size=1``).
 """
 
 from __future__ import annotations
@@ -36,6 +44,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
+
+import numpy as np
 
 from robolearn.sim2real.robots.base import Reading
 from robolearn.sim2real.ros.common import Topics
@@ -72,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from robolearn.sim2real.ros import ros1
 
-    topics = Topics(namespace=args.namespace, command_type=args.command_type)
-    robot = start_robot(args)
-    features = robot.features
+    robot, features, cameras = start_robot(args, log)
+    topics = Topics(namespace=args.namespace, command_type=args.command_type,
+                    image_transport={c: args.image_transport for c in features.cameras} if cameras else {})
+    compressed = args.image_transport == "compressed"
     ros1.init_node(NODE)
     ros1.log_to_stderr()
     rospy.set_param("~features", json.dumps(features.to_dict()))
@@ -83,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     state_pub = rospy.Publisher(topics.name(topics.joint_states), ros1.JointState, queue_size=10, tcp_nodelay=True)
     reward_pub = rospy.Publisher(topics.name(topics.reward), Float64, queue_size=10)
     status_pub = rospy.Publisher(topics.name(topics.robot_status), String, queue_size=10)
+    # queue_size=1: a subscriber that falls behind gets the newest frame, never a backlog.
+    image_pubs = {c: rospy.Publisher(topics.image_topic(c), ros1.CompressedImage if compressed else ros1.Image,
+                                     queue_size=1, tcp_nodelay=True) for c in (features.cameras if cameras else ())}
+    for camera in image_pubs:
+        log.info("%s: camera %r on %s", NODE, camera, topics.image_topic(camera))
     subs: list = []
 
     class Transport:
@@ -94,13 +111,18 @@ def main(argv: list[str] | None = None) -> int:
         def publish_status(self, text: str) -> None:
             status_pub.publish(String(text))
 
+        def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
+            stamp = rospy.Time.now()
+            for camera, image in frames.items():
+                image_pubs[camera].publish(ros1.image_message(image, features.cameras[camera].encoding, compressed, stamp))
+
         def command_publishers(self) -> int:
             return subs[0].get_num_connections()
 
         def now(self) -> float:
             return rospy.get_time()
 
-    body = RobotNode(robot, Transport(), args, topics, log)
+    body = RobotNode(robot, Transport(), args, topics, log, cameras)
     subs.append(rospy.Subscriber(topics.name(topics.command), ros1.command_class(topics.command_type),
                                  lambda m: body.on_command(lambda: ros1.parse_command(features, m, topics.command)),
                                  queue_size=10, tcp_nodelay=True))

@@ -44,6 +44,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from robolearn.sim2real.robots.base import Reading, RobotFeatures
 from robolearn.sim2real.ros.common import TRAJECTORY_FIELD, Topics
+from robolearn.sim2real.ros.images import fill_compressed, fill_image
 from robolearn.sim2real.ros.node_common import TopicRobot
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,16 @@ def joint_state_message(features: RobotFeatures, reading: Reading, now_ns: int) 
     if reading.joint_effort is not None:
         msg.effort = reading.joint_effort.tolist()
     return msg
+
+
+def image_message(array: np.ndarray, encoding: str, compressed: bool, now_ns: int) -> Image | CompressedImage:
+    """A camera frame (``[H, W, C]`` in ``encoding``) as an ``Image``, or a PNG ``CompressedImage``
+    (lossless) when ``compressed``, stamped ``now_ns`` (ROS time).
+    """
+    msg = CompressedImage() if compressed else Image()
+    msg.header.stamp.sec = now_ns // 1_000_000_000
+    msg.header.stamp.nanosec = now_ns % 1_000_000_000
+    return fill_compressed(msg, array, encoding, "png") if compressed else fill_image(msg, array, encoding)
 
 
 class Ros2Robot(TopicRobot):

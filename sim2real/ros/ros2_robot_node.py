@@ -3,7 +3,7 @@
     python -m robolearn.sim2real.ros.ros2_robot_node --task Cartpole-Balance [--namespace /robolearn]
         [--command-type float64_multi_array|joint_trajectory] [--command-timeout 0.1] [--seed 0]
         [--features-out robot.json] [--override timestep=0.005 ...] [--command-log commands.npz]
-        [--wait-for-policy S] [--duration S]
+        [--wait-for-policy S] [--duration S] [--images [--image-transport raw|compressed] [--image-every K]]
 
 The ROS 2 twin of ``ros1_robot_node`` (same flags, topics and status fields): the world steps in
 real time; after every step the joint state goes out on ``joint_states`` and the reward on
@@ -11,6 +11,8 @@ real time; after every step the joint state goes out on ``joint_states`` and the
 robot-side watchdog holds after ``--command-timeout`` without a good one; ``estop`` latches a hold;
 ``robot_status`` (JSON, 10 Hz). The robot's features are published on ``robot_features``
 (``std_msgs/String``, JSON, transient local) for a policy node started with ``--robot from-topic``.
+``--images``: the cameras of a pixel task publish as in ``ros1_robot_node`` (same topics, flags and
+features), with :data:`~robolearn.sim2real.ros.ros2.IMAGE_QOS` (best effort, depth 1).
 Run it inside ``unshare -n`` on a shared machine.
 """
 
@@ -20,6 +22,9 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Mapping
+
+import numpy as np
 
 from robolearn.sim2real.robots.base import Reading
 from robolearn.sim2real.ros.common import Topics, parse_command
@@ -49,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from robolearn.sim2real.ros import ros2
 
-    topics = Topics(namespace=args.namespace, command_type=args.command_type)
-    robot = start_robot(args)
-    features = robot.features
+    robot, features, cameras = start_robot(args, log)
+    topics = Topics(namespace=args.namespace, command_type=args.command_type,
+                    image_transport={c: args.image_transport for c in features.cameras} if cameras else {})
+    compressed = args.image_transport == "compressed"
     spinner = ros2.Spinner(NODE, args.namespace)
     node = spinner.node
     log_to_stderr()
@@ -61,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     reward_pub = node.create_publisher(Float64, topics.name(topics.reward), ros2.CONTROL_QOS)
     status_pub = node.create_publisher(String, topics.name(topics.robot_status), 10)
     command_topic = topics.name(topics.command)
+    image_pubs = {c: node.create_publisher(ros2.CompressedImage if compressed else ros2.Image, topics.image_topic(c),
+                                           ros2.IMAGE_QOS) for c in (features.cameras if cameras else ())}
+    for camera in image_pubs:
+        log.info("%s: camera %r on %s", NODE, camera, topics.image_topic(camera))
 
     class Transport:
         def publish_tick(self, reading: Reading, reward: float | None) -> None:
@@ -71,13 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         def publish_status(self, text: str) -> None:
             status_pub.publish(String(data=text))
 
+        def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
+            now = node.get_clock().now().nanoseconds
+            for camera, image in frames.items():
+                image_pubs[camera].publish(ros2.image_message(image, features.cameras[camera].encoding, compressed, now))
+
         def command_publishers(self) -> int:
             return node.count_publishers(command_topic)
 
         def now(self) -> float:
             return spinner.now()
 
-    body = RobotNode(robot, Transport(), args, topics, log)
+    body = RobotNode(robot, Transport(), args, topics, log, cameras)
     node.create_subscription(ros2.command_class(topics.command_type), command_topic,
                              lambda m: body.on_command(lambda: parse_command(features, m, topics.command)),
                              ros2.CONTROL_QOS)
