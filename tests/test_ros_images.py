@@ -426,3 +426,69 @@ def test_any_size_encoding_padding_and_byte_order_reads_back_exactly():
             np.testing.assert_array_equal(back, arr)
 
     check()
+
+
+# -- a robot's cameras (robolearn.sim2real.ros.images.camera_image, Topics' image settings) -------
+def _compressed() -> Any:
+    return SimpleNamespace(format="", data=b"")
+
+
+def test_camera_image_converts_to_the_declared_encoding_and_refuses_other_kinds() -> None:
+    """A declared ``rgb8`` camera takes any 8-bit colour order (converted exactly to RGB), a
+    ``mono8`` camera 8-bit gray; another size, colour for gray, gray for colour, 16 bit: refused,
+    naming the field, the value and the declaration."""
+    from robolearn.sim2real.robots.base import CameraFeature
+    from robolearn.sim2real.ros.images import camera_image
+
+    rgb = rgb_pattern(6, 5)
+    colour, gray = CameraFeature(6, 5, "rgb8"), CameraFeature(6, 5, "mono8")
+    alpha = np.concatenate([rgb, np.full((6, 5, 1), 7, np.uint8)], axis=-1)
+    for encoding, array in (("rgb8", rgb), ("bgr8", rgb[:, :, ::-1]), ("8UC3", rgb[:, :, ::-1]),
+                            ("rgba8", alpha), ("bgra8", alpha[:, :, [2, 1, 0, 3]])):
+        got = camera_image(fill_image(_plain_image(), np.ascontiguousarray(array), encoding), colour)
+        assert got.dtype == np.uint8 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, rgb, err_msg=encoding)
+    png = camera_image(fill_compressed(_compressed(), rgb, "rgb8", "png"), colour, compressed=True)
+    np.testing.assert_array_equal(png, rgb)
+    mono = rgb[:, :, :1].copy()
+    for encoding in ("mono8", "8UC1"):
+        np.testing.assert_array_equal(camera_image(fill_image(_plain_image(), mono, encoding), gray), mono)
+    np.testing.assert_array_equal(camera_image(fill_compressed(_compressed(), mono, "mono8", "png"), gray, True), mono)
+    refusals = [
+        (fill_image(_plain_image(), rgb[:5], "rgb8"), colour, False,
+         "cam.height: 5 (expected 6: the camera declares 5x6 rgb8)"),
+        (fill_image(_plain_image(), mono, "mono8"), colour, False, "cam.encoding: 'mono8' (expected one of ['rgb8'"),
+        (fill_image(_plain_image(), rgb, "rgb8"), gray, False, "cam.encoding: 'rgb8' (expected one of ['mono8', '8UC1']"),
+        (fill_image(_plain_image(), mono.astype(np.uint16), "mono16"), gray, False, "cam.encoding: 'mono16'"),
+        (fill_compressed(_compressed(), rgb[:, :4].copy(), "rgb8", "png"), colour, True,
+         "cam.data: the png image is 4x6 (width x height; the camera declares 5x6 rgb8)"),
+        (fill_compressed(_compressed(), mono, "mono8", "png"), colour, True, "cam.format: 'mono8; png compressed mono8'"),
+        (fill_compressed(_compressed(), mono.astype(np.uint16), "16UC1", "png"), gray, True, "decodes to 16UC1"),
+    ]
+    for msg, camera, compressed, text in refusals:
+        with pytest.raises(MalformedMessage) as err:
+            camera_image(msg, camera, compressed, topic="cam")
+        assert text in str(err.value), (text, str(err.value))
+
+
+@pytest.mark.parametrize("ros", [1, 2])
+def test_image_topics_default_to_image_transport_names_and_travel_in_parameter_files(tmp_path: Path, ros: int) -> None:
+    """``<ns>/<camera>/image_raw`` (``/compressed`` for a compressed camera) unless ``Topics.images``
+    names another; the settings survive a parameter file of either ROS; a bad transport is named."""
+    from robolearn.sim2real.robots.base import CameraFeature, RobotFeatures
+    from robolearn.sim2real.ros.common import Topics, node_parameters, read_parameters, write_parameters
+
+    topics = Topics(namespace="/r", images={"wrist": "/arm/wrist_cam/image"}, image_transport={"front": "compressed"})
+    names = {c: topics.image_topic(c) for c in ("front", "wrist", "top")}
+    assert names == {"front": "/r/front/image_raw/compressed", "wrist": "/arm/wrist_cam/image", "top": "/r/top/image_raw"}
+    assert [topics.transport(c) for c in ("front", "wrist")] == ["compressed", "raw"]
+    features = RobotFeatures(name="cam", joints=("a",), command_joints=("a",), command_kind="torque", rate_hz=50.0,
+                             position_limits=((-1.0, 1.0),), velocity_limits=(1.0,), effort_limits=(1.0,),
+                             default_pose=(0.0,), cameras={"front": CameraFeature(48, 64)})
+    path = write_parameters(tmp_path / "p.yaml", "policy", node_parameters(features, topics, policy="x"), ros)
+    back = read_parameters(path, "policy")
+    again = Topics(**back["topics"])
+    assert {c: again.image_topic(c) for c in names} == names
+    assert RobotFeatures.from_dict(back["robot"]).cameras == features.cameras
+    with pytest.raises(ValueError, match=r"image_transport.front: expected one of \['raw', 'compressed'\], got 'jpeg'"):
+        Topics(image_transport={"front": "jpeg"})

@@ -303,9 +303,16 @@ def flag_names(flags: int) -> list[str]:
     return [f.name for f in Intervention if f.value and flags & f.value and f.name]
 
 
-def policy_status(rt: DeployRuntime, flags: int, rejected: ThrottledLog, readings: int) -> str:
-    """The ``policy_status`` JSON text: status word, counters, interventions, malformed input."""
-    return status_json(
+def policy_status(rt: DeployRuntime, flags: int, rejected: ThrottledLog, readings: int,
+                  images: Mapping[str, int] | None = None, rejected_images: ThrottledLog | None = None) -> str:
+    """The ``policy_status`` JSON text: status word, counters, interventions, malformed input; with
+    cameras also ``images`` (good frames by camera), ``malformed_images`` and ``malformed_images_last``.
+    """
+    cameras: dict[str, Any] = {}
+    if images:
+        cameras = {"images": dict(images), "malformed_images": rejected_images.count if rejected_images else 0,
+                   "malformed_images_last": rejected_images.last_error if rejected_images else ""}
+    return status_json(**cameras,
         status=rt.status, steps=len(rt.stats.ticks), sent=rt.stats.sent, missed=rt.stats.missed,
         interventions={str(k): int(v) for k, v in rt.safety.counts.items()},
         flags=flag_names(flags), stale=rt.status in ("stale", "lost"),
@@ -382,7 +389,9 @@ def drive_policy(runtime: DeployRuntime, robot: Any, transport: PolicyTransport,
     stopping = threading.Event()
 
     def publish(rt: DeployRuntime) -> None:
-        transport.publish_status(policy_status(rt, last["flags"], robot.rejected, robot.received))
+        transport.publish_status(policy_status(rt, last["flags"], robot.rejected, robot.received,
+                                               getattr(robot, "images_received", None),
+                                               getattr(robot, "rejected_images", None)))
 
     def on_step(rt: DeployRuntime, flags: int | None) -> None:
         """Publish the status from the loop (no thread competes with it for the GIL)."""
@@ -408,9 +417,10 @@ def drive_policy(runtime: DeployRuntime, robot: Any, transport: PolicyTransport,
         signal.signal(sig, on_signal)
     robot.connect()
     unsubscribe = transport.subscribe_estop(on_estop)
-    logger.info("%s: %s on robot %r at %g Hz (joint states %s, commands %s as %s)", node, policy_dir,
+    logger.info("%s: %s on robot %r at %g Hz (joint states %s, commands %s as %s%s)", node, policy_dir,
                 robot.features.name, runtime.rate_hz, topics.name(topics.joint_states), topics.name(topics.command),
-                topics.command_type)
+                topics.command_type, "".join(f", camera {c} {topics.image_topic(c)} ({topics.transport(c)})"
+                                             for c in robot.features.cameras))
     if not robot.wait_ready(args.wait, stopping) and not stopping.is_set():
         logger.warning("%s: no reading or no command subscriber after %g s; starting anyway (idle until readings "
                        "come)", node, args.wait)

@@ -4,6 +4,7 @@
         --robot <features .json/.yaml | from-params> [--params <file>] [--namespace /robolearn]
         [--command-type float64_multi_array|joint_trajectory] [--rate HZ] [--safety JSON]
         [--lost-timeout 0.5] [--telemetry out.h5] [--summary out.json] [--duration S] [--wait 30]
+        [--image-topic CAMERA=TOPIC ...] [--image-transport CAMERA=raw|compressed ...]
 
 The loop is :class:`~robolearn.sim2real.deploy.runtime.DeployRuntime` in the main thread
 (absolute deadlines, spin before each), reading a :class:`~robolearn.sim2real.ros.ros1.Ros1Robot`
@@ -19,7 +20,14 @@ the runtime's e-stop: only the safe command from then on), ``policy_status`` out
 JSON object: ``status`` (``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``lost``, ``estop``,
 ``exit``, ``stopped``), ``steps``, ``sent``, ``missed``, ``interventions`` (counts by kind),
 ``flags`` (the last step's interventions), ``stale``, ``malformed`` (joint states rejected) and
-``malformed_last`` (the newest error), ``estop``.
+``malformed_last`` (the newest error), ``estop``; for a robot with cameras also ``images`` (good
+frames by camera), ``malformed_images`` and ``malformed_images_last``.
+
+Cameras: each camera of the robot's features is read from ``<namespace>/<camera>/image_raw``
+(``sensor_msgs/Image``), or ``.../image_raw/compressed`` (``CompressedImage``) with
+``--image-transport CAMERA=compressed``; ``--image-topic CAMERA=TOPIC`` names another topic (in a
+parameter file: ``topics.images.<camera>`` and ``topics.image_transport.<camera>``). Frames reach the
+runtime in ``Reading.images`` (:mod:`robolearn.sim2real.ros.ros1`).
 
 SIGINT or SIGTERM stops the loop; the runtime damps for the safety layer's ``exit_s``, then the
 telemetry is saved (``--telemetry``, a robolearn dataset) and the loop's summary written

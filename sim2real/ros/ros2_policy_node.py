@@ -4,6 +4,7 @@
         --robot <features .json/.yaml | from-topic> [--params <file>] [--namespace /robolearn]
         [--command-type float64_multi_array|joint_trajectory] [--rate HZ] [--safety JSON]
         [--lost-timeout 0.5] [--telemetry out.h5] [--summary out.json] [--duration S] [--wait 30]
+        [--image-topic CAMERA=TOPIC ...] [--image-transport CAMERA=raw|compressed ...]
 
 The ROS 2 twin of ``ros1_policy_node`` (same flags, topics, status and exit behaviour): the loop is
 :class:`~robolearn.sim2real.deploy.runtime.DeployRuntime` in the main thread reading a
@@ -11,7 +12,9 @@ The ROS 2 twin of ``ros1_policy_node`` (same flags, topics, status and exit beha
 ``--robot from-topic`` takes the robot's description from the latched ``robot_features`` topic a
 robot node publishes. ``estop`` (``true``) latches the runtime's e-stop; ``policy_status`` (JSON,
 about 10 Hz). SIGINT/SIGTERM: stop, damp for ``exit_s``, save telemetry and summary. Exit status 2:
-the policy does not fit the robot. Run it inside ``unshare -n`` on a shared machine.
+the policy does not fit the robot. Cameras: the topics, flags and status fields of
+``ros1_policy_node``, read best effort with depth 1 (:data:`~robolearn.sim2real.ros.ros2.IMAGE_QOS`).
+Run it inside ``unshare -n`` on a shared machine.
 """
 
 from __future__ import annotations
