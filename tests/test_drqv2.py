@@ -13,8 +13,10 @@ import torch
 import robolearn
 from robolearn.algos.drqv2 import DrQV2, DrQV2Config, nstep_target
 from robolearn.algos.drqv2.agent import DISCOUNT, FrameStack, NStepWindow, image_shape
+from robolearn.algos.drqv2.replay import FrameReplay
 from robolearn.runners import OffPolicyRunner, RunnerConfig
 from robolearn.types import Batch, Transition
+from robolearn.utils.hostsync import HostSync, forbid_host_syncs
 
 SIZE = 32
 K = 3
@@ -165,17 +167,25 @@ def test_frame_stack_rolls_and_restarts_per_world():
         image_shape(100, 3, "image")
 
 
-def test_replay_stores_stacked_uint8_images():
-    agent = _agent(buffer_size=50, n_step=1)
+@pytest.mark.parametrize("replay", ["frames", "stacked"])
+def test_replay_stores_uint8_images(replay):
+    agent = _agent(buffer_size=50, n_step=1, replay=replay)
     b = _batch(4)
     frames = {"image": b.obs["image"][..., :3], "critic": b.obs["critic"]}
     nxt = {"image": b.next_obs["image"][..., :3], "critic": b.next_obs["critic"]}
     agent.act(frames)
     agent.process(Transition(frames, b.action, b.reward, nxt, b.terminated, b.truncated))
-    stored = agent.replay.storage["obs"]["image"]
-    assert stored.dtype == torch.uint8 and stored.shape == (50, SIZE, SIZE, 3 * K)
-    assert agent.replay.storage["next_obs"]["image"].dtype == torch.uint8
-    got = agent.replay.gather(torch.arange(4))
+    assert len(agent.replay) == 4
+    if replay == "stacked":
+        stored = agent.replay.storage["obs"]["image"]
+        assert stored.dtype == torch.uint8 and stored.shape == (50, SIZE, SIZE, 3 * K)
+        assert agent.replay.storage["next_obs"]["image"].dtype == torch.uint8
+        got = agent.replay.gather(torch.arange(4))
+    else:  # one ring of single frames per world: ceil(50 / 4) transition slots, + k + n + 1 frames
+        assert agent.replay.frames.dtype == torch.uint8 and agent.replay.frames.shape == (4, 13 + K + 2, SIZE, SIZE, 3)
+        assert agent.replay.written.tolist() == [2, 2, 2, 2]  # each world's first frame and its next frame
+        got = agent.replay.gather(torch.arange(4), torch.zeros(4, dtype=torch.long))
+        assert got.obs["image"].dtype == torch.uint8
     assert torch.equal(got.obs["image"], frames["image"].repeat(1, 1, 1, K))  # first frame three times
     assert torch.equal(got.next_obs["image"][..., -3:], nxt["image"])  # the next frame joins at the end
     assert torch.equal(got.next_obs["image"][..., :6], frames["image"].repeat(1, 1, 1, 2))
@@ -216,7 +226,7 @@ def test_short_run_through_the_off_policy_runner(tmp_path):
     OffPolicyRunner(env, agent, rcfg, tmp_path / "run", eval_env=eval_env).learn()
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["env_steps"] == 40
     assert (tmp_path / "run" / "metrics.csv").is_file() and any((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
-    assert agent.num_updates > 0 and agent.replay.storage["obs"]["image"].dtype == torch.uint8
+    assert agent.num_updates > 0 and isinstance(agent.replay, FrameReplay) and agent.replay.frames.dtype == torch.uint8
     # a checkpoint restores into a fresh agent
     fresh = DrQV2(env.obs_dims, env.action_dim, agent.cfg, action_low=env.ctrl_low, action_high=env.ctrl_high, seed=9)
     fresh.load_state_dict(agent.state_dict())
@@ -229,7 +239,26 @@ def test_short_run_through_the_off_policy_runner(tmp_path):
     torch.testing.assert_close(_fresh(fresh).act_inference(obs), _fresh(agent).act_inference(obs))
 
 
-def test_checkpoint_carries_the_frame_stacks_and_n_step_windows():
+def _stored(agent: DrQV2) -> Batch:
+    """Every sampleable transition of the agent's replay, in storage order."""
+    if isinstance(agent.replay, FrameReplay):
+        return agent.replay.gather(*agent.replay.sampleable())
+    return agent.replay.gather(torch.arange(len(agent.replay)))
+
+
+def _assert_same_batch(a: Batch, b: Batch) -> None:
+    """Bit-for-bit equality of every field (dtypes included)."""
+    for x, y in ((a.obs, b.obs), (a.next_obs, b.next_obs), (a.extras, b.extras)):
+        assert sorted(x) == sorted(y)
+        for g in x:
+            assert x[g].dtype == y[g].dtype and torch.equal(x[g], y[g]), g
+    for name in ("action", "reward", "terminated", "truncated"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("replay", ["frames", "stacked"])
+def test_checkpoint_carries_the_frame_stacks_and_n_step_windows(replay):
     def steps(agent: DrQV2, seeds: range) -> None:
         for i in seeds:
             b = _batch(2, seed=i)
@@ -238,14 +267,114 @@ def test_checkpoint_carries_the_frame_stacks_and_n_step_windows():
             agent.act(frames)
             agent.process(Transition(frames, b.action, b.reward, nxt, torch.tensor([i == 3, False]), b.truncated))
 
-    agent = _agent(learning_starts=10**6)
+    agent = _agent(learning_starts=10**6, replay=replay)
     steps(agent, range(4))  # mid-episode: two pending windows per world, world 0 restarting
-    resumed = _agent(learning_starts=10**6)
+    resumed = _agent(learning_starts=10**6, replay=replay)
     resumed.load_state_dict(agent.state_dict())
     steps(agent, range(4, 7))
     steps(resumed, range(4, 7))
     assert len(resumed.replay) == len(agent.replay) > 0
-    a, r = agent.replay.gather(torch.arange(len(agent.replay))), resumed.replay.gather(torch.arange(len(agent.replay)))
-    assert torch.equal(a.obs["image"], r.obs["image"]) and torch.equal(a.next_obs["image"], r.next_obs["image"])
-    torch.testing.assert_close(a.reward, r.reward)
-    torch.testing.assert_close(a.extras[DISCOUNT], r.extras[DISCOUNT])
+    _assert_same_batch(_stored(resumed), _stored(agent))
+    # the generator came along: the restored agent draws the same batches
+    _assert_same_batch(resumed.sampler.sample(8), agent.sampler.sample(8))
+    with pytest.raises(ValueError, match="replay: the checkpoint holds a"):
+        _agent(replay="stacked" if replay == "frames" else "frames").load_state_dict(agent.state_dict())
+
+
+def _stream(num_worlds: int, steps: int, seed: int, max_len: int = 6, size: int = SIZE):
+    """Env-like steps: a continuing world's next frame is its next step's frame, an ended world's
+    next frame is its final frame and its next step starts a new episode with a fresh first frame.
+    Episodes of 1 to ``max_len`` steps, ended by termination or by time-out at random; actions are
+    unique per world and step (they name the transition that starts there).
+    """
+    g = torch.Generator().manual_seed(seed)
+
+    def frame() -> torch.Tensor:
+        return torch.randint(0, 256, (num_worlds, size, size, 3), generator=g, dtype=torch.uint8)
+
+    obs = {"image": frame(), "critic": torch.randn(num_worlds, 5, generator=g)}
+    left = torch.randint(1, max_len + 1, (num_worlds,), generator=g)
+    for _ in range(steps):
+        action = torch.rand(num_worlds, 2, generator=g) * torch.tensor([2.0, 2.5]) - torch.tensor([1.0, 2.0])
+        reward = torch.randn(num_worlds, generator=g)
+        left = left - 1
+        done = left == 0
+        term = done & (torch.rand(num_worlds, generator=g) < 0.5)
+        nxt = {"image": frame(), "critic": torch.randn(num_worlds, 5, generator=g)}
+        final = {"image": frame(), "critic": torch.randn(num_worlds, 5, generator=g)}
+        final_obs = {k: torch.where(done.view(-1, *[1] * (v.dim() - 1)), final[k], v) for k, v in nxt.items()}
+        yield Transition(obs, action, reward, final_obs, term, done & ~term)
+        left = torch.where(done, torch.randint(1, max_len + 1, (num_worlds,), generator=g), left)
+        obs = nxt
+
+
+def _by_action(batch: Batch) -> dict[tuple[float, ...], int]:
+    return {tuple(a): i for i, a in enumerate(batch.action.tolist())}
+
+
+def _rows(batch: Batch, rows: list[int]) -> Batch:
+    idx = torch.tensor(rows, dtype=torch.long)
+    return Batch(obs={k: v[idx] for k, v in batch.obs.items()}, action=batch.action[idx], reward=batch.reward[idx],
+                 next_obs={k: v[idx] for k, v in batch.next_obs.items()}, terminated=batch.terminated[idx],
+                 truncated=batch.truncated[idx], extras={k: v[idx] for k, v in batch.extras.items()})  # fmt: skip
+
+
+@pytest.mark.parametrize(("num_worlds", "max_len", "critic"), [(3, 6, "critic"), (2, 2, None), (1, 40, None)])
+def test_frame_replay_returns_the_stacked_replays_transitions_bit_for_bit(num_worlds, max_len, critic):
+    # The frame replay wraps (24 transitions) while the stacked reference keeps everything; after
+    # every step each sampleable transition must equal the reference's transition with that action.
+    frames = _agent(buffer_size=24, critic_obs_group=critic, learning_starts=10**6)
+    stacked = _agent(buffer_size=10_000, critic_obs_group=critic, replay="stacked", learning_starts=10**6)
+    rp = frames.replay
+    origin: dict[tuple[float, ...], tuple[int, int]] = {}
+    restarts = 0
+    for tr in _stream(num_worlds, 40, seed=num_worlds, max_len=max_len):
+        for agent in (frames, stacked):
+            agent.act(tr.obs)
+            agent.process(tr)
+        restarts += int((tr.terminated | tr.truncated).sum())
+        origin.update({tuple(a): (w, rp.steps - 1) for w, a in enumerate(tr.action.tolist())})
+        if len(stacked.replay) == 0:  # nothing complete yet
+            assert len(rp) == 0
+            continue
+        world, step = rp.sampleable()
+        got, ref = rp.gather(world, step), _stored(stacked)
+        keys, where = _by_action(got), _by_action(ref)
+        assert [origin[k] for k in keys] == list(zip(world.tolist(), step.tolist(), strict=True))  # keyed by start step
+        _assert_same_batch(got, _rows(ref, [where[k] for k in keys]))
+        # no sampleable transition references a frame slot that has been overwritten since
+        idx = torch.cat([rp.store["obs"]["image"][world, step % rp.per_world],
+                         rp.store["next_obs"]["image"][world, step % rp.per_world]], 1)  # fmt: skip
+        written = rp.written[world].unsqueeze(1)
+        assert bool(((idx >= written - rp.frames_per_world) & (idx < written)).all())
+    assert rp.steps == 40 and rp.per_world == -(-24 // num_worlds) + 2 and rp.frames_per_world == rp.per_world + K + 4
+    full = num_worlds * (rp.per_world - 2)  # the newest n - 1 start steps wait for their window to close
+    assert len(rp) == full >= 24
+    if max_len == 40:  # one episode in the window: nothing evicted early, every slot sampleable
+        assert int(rp.valid_counts().sum()) == full
+    if max_len == 2:  # an episode start every 1.5 steps: the frame ring gives up the oldest transitions
+        assert restarts > 20 and 0 < int(rp.valid_counts().sum()) < full
+
+
+def test_frame_replay_samples_uniformly_over_the_valid_transitions_without_host_syncs():
+    agent = _agent(buffer_size=24, critic_obs_group="critic", batch_size=8)
+    stream = _stream(3, 40, seed=7, max_len=3)
+    for tr in (next(stream) for _ in range(30)):
+        agent.act(tr.obs)
+        agent.process(tr)
+    with forbid_host_syncs(allowed=()):  # storing and sampling stay on the device
+        for tr in stream:
+            agent.act(tr.obs)
+            agent.process(tr)
+            agent.replay.sample(8, agent.generator)
+        batch = agent.replay.sample(4000, agent.generator)
+        with pytest.raises(HostSync):  # the guard is live: listing the valid transitions does sync
+            agent.replay.sampleable()
+    everything = _stored(agent)
+    where = _by_action(everything)
+    drawn = [where[tuple(a)] for a in batch.action.tolist()]  # only sampleable transitions are drawn
+    _assert_same_batch(batch, _rows(everything, drawn))
+    counts = torch.bincount(torch.tensor(drawn), minlength=len(where))
+    assert len(where) >= 12 and int(counts.min()) > 0.4 * 4000 / len(where) and int(counts.max()) < 1.6 * 4000 / len(where)
+    with pytest.raises(ValueError, match="replay: expected 'frames' or 'stacked', got 'ring'"):
+        DrQV2Config(replay="ring")

@@ -6,7 +6,11 @@ like SAC). What the agent keeps between calls besides its networks:
 - frame stacks: the env gives one frame per world; the agent keeps the last ``frame_stack`` frames
   of each world (one stack for :meth:`DrQV2.act` and training, one for :meth:`DrQV2.act_inference`
   and evaluation, restarted by :meth:`DrQV2.reset`) and an episode starts with copies of its
-  first frame. The stacked uint8 images are what the replay stores and the policy module reads.
+  first frame. The stacked uint8 images are what the policy module reads and what a batch holds.
+- the replay: by default a :class:`~robolearn.algos.drqv2.replay.FrameReplay` (``replay="frames"``)
+  that stores each frame once and rebuilds the stacks when it samples; ``replay="stacked"`` keeps
+  both stacks per transition in a :class:`~robolearn.data.replay.ReplayBuffer` (``2 * frame_stack``
+  times the frame memory; the same batches for the same transitions).
 - the n-step window: each world's last ``n_step`` steps, from which one n-step transition (return,
   discount ``gamma^m`` or 0 on termination) enters the replay per step; an episode end flushes the
   world's shorter windows, so nothing is bootstrapped across a reset.
@@ -28,6 +32,7 @@ from torch.utils._pytree import tree_map
 
 from robolearn.algos.drqv2.config import DrQV2Config
 from robolearn.algos.drqv2.losses import actor_loss, critic_loss, noisy_action
+from robolearn.algos.drqv2.replay import FrameReplay
 from robolearn.data.replay import ReplayBuffer
 from robolearn.data.sampler import ReplaySampler, Sampler
 from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
@@ -115,18 +120,11 @@ class NStepWindow:
             "valid": torch.zeros((n, reward.shape[0]), dtype=torch.bool, device=dev),
         }
 
-    def add(
-        self,
-        obs: Obs,
-        action: torch.Tensor,
-        reward: torch.Tensor,
-        next_obs: Obs,
-        terminated: torch.Tensor,
-        truncated: torch.Tensor,
-    ) -> dict[str, Any] | None:
-        """Record one step of every world; return the transitions it completes (``None``: none) as
-        ``obs``, ``action``, ``reward`` (the n-step return), ``next_obs``, ``terminated``,
-        ``truncated`` and ``discount``.
+    def _record(
+        self, obs: Obs, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Open this step's window, advance every open one; return the ``emit`` mask ``[n, N]`` of the
+        windows this step completes and ``terminated``, ``truncated`` as bool.
         """
         if not self.slots or self.slots["valid"].shape[1] != reward.shape[0]:
             self._allocate(obs, action, reward)
@@ -148,6 +146,23 @@ class NStepWindow:
         emit = valid & ((sl["steps"] >= self.n) | (terminated | truncated).unsqueeze(0))
         sl["valid"] = valid & ~emit
         self.t += 1
+        return emit, terminated, truncated
+
+    def add(
+        self,
+        obs: Obs,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: Obs,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> dict[str, Any] | None:
+        """Record one step of every world; return the transitions it completes (``None``: none) as
+        ``obs``, ``action``, ``reward`` (the n-step return), ``next_obs``, ``terminated``,
+        ``truncated`` and ``discount``.
+        """
+        emit, terminated, truncated = self._record(obs, action, reward, terminated, truncated)
+        sl = self.slots
         slot, world = emit.nonzero(as_tuple=True)  # one host sync: the replay's write count
         if slot.numel() == 0:
             return None
@@ -160,6 +175,36 @@ class NStepWindow:
             "terminated": term,
             "truncated": truncated[world],
             "discount": sl["disc"][slot, world] * (~term).to(reward.dtype),
+        }
+
+    def add_dense(
+        self,
+        obs: Obs,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: Obs,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> dict[str, Any]:
+        """:meth:`add` without the host sync: every slot ``[n, N, ...]`` with ``emit`` ``[n, N]`` (the
+        windows completed now), ``start`` (the host-side step each slot's window started, -1: unused)
+        and this step's ``next_obs``, ``terminated``, ``truncated`` ``[N, ...]``. The slot tensors are
+        the window's own: read them before the next step.
+        """
+        emit, terminated, truncated = self._record(obs, action, reward, terminated, truncated)
+        sl = self.slots
+        newest = self.t - 1
+        start = [newest - (newest - i) % self.n for i in range(self.n)]
+        return {
+            "emit": emit,
+            "start": [s if s >= 0 else -1 for s in start],
+            "obs": sl["obs"],
+            "action": sl["action"],
+            "reward": sl["ret"],
+            "next_obs": dict(next_obs),
+            "terminated": terminated,
+            "truncated": truncated,
+            "discount": sl["disc"] * (~terminated).to(reward.dtype).unsqueeze(0),
         }
 
 
@@ -285,8 +330,13 @@ class DrQV2:
         encoder_ids = {id(p) for p in self.encoder.parameters()}
         self.actor_optimizer = torch.optim.Adam([p for p in self.actor.parameters() if id(p) not in encoder_ids], lr=cfg.lr)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
-        self.replay = ReplayBuffer(cfg.buffer_size, self.device)
-        self.sampler: Sampler = ReplaySampler(self.replay, self.generator)
+        self.replay: FrameReplay | ReplayBuffer = (
+            FrameReplay(cfg.buffer_size, cfg.frame_stack, cfg.n_step, self.actor_group, self.device)
+            if cfg.replay == "frames"
+            else ReplayBuffer(cfg.buffer_size, self.device)
+        )
+        # ReplaySampler only asks its replay for len, device and sample(batch_size, generator).
+        self.sampler: Sampler = ReplaySampler(self.replay, self.generator)  # type: ignore[arg-type]
         """Where :meth:`update` draws its batches (this agent's replay by default)."""
         self.train_stack = FrameStack(cfg.frame_stack)
         """Frames of the training env's worlds (:meth:`act`, :meth:`process`)."""
@@ -351,8 +401,10 @@ class DrQV2:
     ) -> None:
         """Store one batched env step (``[N, ...]``) through the frame stack and the n-step window.
 
-        ``next_obs`` is ``info["final_obs"]`` (pre-reset for worlds that ended). Stored images are
-        the uint8 stacks; only ``terminated`` stops bootstrapping.
+        ``next_obs`` is ``info["final_obs"]`` (pre-reset for worlds that ended); only ``terminated``
+        stops bootstrapping. The frame replay stores each world's next frame (and an episode's first
+        frame), so a continuing world's ``obs`` must be its previous ``next_obs``, as a
+        :class:`~robolearn.envs.BatchedEnv` gives it; the stacked replay stores both stacks as given.
         """
         if isinstance(obs, Transition):
             obs, action, reward, next_obs, terminated, truncated = (
@@ -362,18 +414,30 @@ class DrQV2:
             raise ValueError("process: expected a Transition or obs, action, reward, next_obs, terminated")
         if truncated is None:
             truncated = torch.zeros_like(terminated, dtype=torch.bool)
-        stacked = self._stacked if self._stacked is not None else self.train_stack.push(self._frame(obs))
-        self._stacked = None  # the next step's stack comes from act (or from the next process)
-        groups = {self.actor_group: stacked}
-        next_groups = {self.actor_group: self.train_stack.peek(self._frame(next_obs))}
-        if self.cfg.asymmetric:
-            groups[self.critic_group] = obs[self.critic_group].to(self.device)
-            next_groups[self.critic_group] = next_obs[self.critic_group].to(self.device)
         dev = self.device
         terminated, truncated = terminated.to(dev, torch.bool), truncated.to(dev, torch.bool)
+        frame = self._frame(obs)
+        stacked = self._stacked if self._stacked is not None else self.train_stack.push(frame)
+        self._stacked = None  # the next step's stack comes from act (or from the next process)
+        if isinstance(self.replay, FrameReplay):
+            # the window carries the stacks' frame numbers; the frames go to the replay once
+            obs_idx, next_idx = self.replay.write_frames(frame, self._frame(next_obs), terminated | truncated)
+            groups: dict[str, torch.Tensor] = {self.actor_group: obs_idx}
+            next_groups: dict[str, torch.Tensor] = {self.actor_group: next_idx}
+        else:
+            groups = {self.actor_group: stacked}
+            next_groups = {self.actor_group: self.train_stack.peek(self._frame(next_obs))}
+        if self.cfg.asymmetric:
+            groups[self.critic_group] = obs[self.critic_group].to(dev)
+            next_groups[self.critic_group] = next_obs[self.critic_group].to(dev)
         self.train_stack.reset(terminated | truncated)
-        out = self.window.add(groups, action.to(dev), reward.to(dev), next_groups, terminated, truncated)
         self.env_steps += int(reward.shape[0])
+        if isinstance(self.replay, FrameReplay):
+            dense = self.window.add_dense(groups, action.to(dev), reward.to(dev), next_groups, terminated, truncated)
+            self.replay.add(dense["start"], dense["emit"], dense["obs"], dense["action"], dense["reward"],
+                            dense["next_obs"], dense["terminated"], dense["truncated"], {DISCOUNT: dense["discount"]})  # fmt: skip
+            return
+        out = self.window.add(groups, action.to(dev), reward.to(dev), next_groups, terminated, truncated)
         if out is not None:
             self.replay.add(out["obs"], out["action"], out["reward"], out["next_obs"], out["terminated"],
                             out["truncated"], extras={DISCOUNT: out["discount"]})  # fmt: skip
@@ -508,6 +572,10 @@ class DrQV2:
             if name in state:
                 getattr(self, name).load_state_dict(state[name])
         if "replay" in state:
+            is_frames = state["replay"].get("kind") == "frames"
+            if is_frames != isinstance(self.replay, FrameReplay):
+                kind = "frames" if is_frames else "stacked"
+                raise ValueError(f"replay: the checkpoint holds a {kind!r} replay, this agent {self.cfg.replay!r}; set algo.replay={kind}")
             self.replay.load_state_dict(state["replay"])
         if "generator" in state:
             self.generator.set_state(state["generator"])

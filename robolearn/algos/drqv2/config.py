@@ -12,14 +12,21 @@ class DrQV2Config:
 
     Action repeat is the task's business (``task_overrides.decimation``), not the learner's: the
     paper's 8 for cart-pole is ``decimation=8`` with ``episode_length=125`` on
-    ``Cartpole-Swingup-Pixels`` (see ``/work/bench/drqv2.md``).
+    ``Cartpole-Swingup-Pixels`` (see the README's Vision section).
     """
 
     batch_size: int = 256
     """Transitions per gradient step."""
     buffer_size: int = 1_000_000
-    """Replay capacity in (n-step) transitions. Each stores two stacks of ``frame_stack`` uint8 frames
-    (2 x 84 x 84 x 9 bytes = 127 kB at DrQ-v2's sizes): size it to the machine's memory."""
+    """Replay capacity in (n-step) transitions, over all worlds. With ``replay="frames"`` a transition
+    costs about one uint8 frame (84 x 84 x 3 = 21 kB at DrQ-v2's sizes, plus ~60 bytes of frame numbers
+    and scalars); with ``replay="stacked"`` two stacks of ``frame_stack`` frames (2 x 84 x 84 x 9 =
+    127 kB). Size it to the machine's memory."""
+    replay: str = "frames"
+    """``"frames"``: store each rendered frame once and rebuild the stacks when sampling
+    (:class:`~robolearn.algos.drqv2.replay.FrameReplay`; a continuing world's observation must be its
+    previous ``final_obs``, as the env gives it). ``"stacked"``: store both stacks of every transition
+    (:class:`~robolearn.data.replay.ReplayBuffer`); the same batches for the same transitions."""
     gamma: float = 0.99
     """Discount factor per agent step."""
     n_step: int = 3
@@ -82,6 +89,8 @@ class DrQV2Config:
         for name in ("std_init", "std_final", "std_clip"):
             if getattr(self, name) < 0.0:
                 raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if self.replay not in ("frames", "stacked"):
+            raise ValueError(f"replay: expected 'frames' or 'stacked', got {self.replay!r}")
         if self.aug_pad < 0:
             raise ValueError(f"aug_pad: expected >= 0, got {self.aug_pad}")
         if self.learning_starts < 0:
