@@ -1,14 +1,17 @@
 """Export of policies with uint8 image inputs (robolearn.export.vision): ONNX Runtime and TorchScript
 parity on random bytes, the version-5 manifest's image declarations (schema-valid, checked against
-the policy spec), refusals naming the field, and older layouts untouched."""
+the policy spec), refusals naming the field, older layouts untouched, and the deploy runtime feeding
+an image + proprioception policy from a camera and the joints."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -245,11 +248,58 @@ def test_a_pixel_actor_on_cartpole_swingup_pixels_exports_and_runs_rendered_fram
     read_manifest(tmp_path).check_compatible(PolicySpec.from_dict(spec))
 
 
-def test_the_deploy_runtime_refuses_an_image_policy_at_load(exported: tuple) -> None:
-    # It cannot feed a camera yet: refused when loaded, naming the image input, not at the first call.
-    from robolearn.sim2real.deploy.policy import PolicyLoadError, load_exported
+def test_the_deploy_runtime_runs_an_image_and_proprioception_policy(exported: tuple) -> None:
+    """Multi-modal in the deploy runtime: the camera's frames stacked (2, oldest first) and the
+    proprioception row from the joints, fed to the exported network as the eager module takes them.
+    """
+    import dataclasses
 
-    _, out, _ = exported
+    from robolearn.sim2real.deploy import DeployRuntime, SafetyConfig, load_exported
+    from robolearn.sim2real.robots.base import CameraFeature, CameraFrame, Reading, Robot
+    from robolearn.sim2real.robots.sim_robot import SimulatedRobot
+
+    policy, out, _ = exported
+    # The image term of this spec records no camera: the input reads the camera named like the term.
+    features = dataclasses.replace(SimulatedRobot("Cartpole-Balance").features, cameras={"camera": CameraFeature(H, W)})
+    rng = np.random.default_rng(3)
+
+    class Bench(Robot):
+        """A robot whose next reading (random joints and camera frame) the test draws before each step."""
+
+        def __init__(self) -> None:
+            self.features, self.t = features, 0.0
+            self.draw()
+
+        def draw(self) -> Reading:
+            frame = CameraFrame(rng.integers(0, 256, (H, W, 3), dtype=np.uint8), self.t)
+            pos, vel = rng.uniform(-0.5, 0.5, 2), rng.uniform(-1, 1, 2)
+            self.reading = Reading(self.t, pos, vel, received=self.t, images={"camera": frame})
+            return self.reading
+
+        def connect(self) -> None: ...
+        def disconnect(self) -> None: ...
+        @property
+        def is_connected(self) -> bool:
+            return True
+
+        def read(self) -> Reading:
+            return self.reading
+
+        def send(self, command: np.ndarray) -> np.ndarray:
+            self.t += 0.01
+            return command
+
     for fmt in ("onnx", "torchscript"):
-        with pytest.raises(PolicyLoadError, match=r"reads camera images \(image; manifest version 5\)"):
-            load_exported(out, fmt)
+        robot = Bench()
+        runtime = DeployRuntime(load_exported(out, fmt), robot, SafetyConfig(ramp_s=0.0), clock=lambda r=robot: r.t)
+        frames, rows = [], []
+        for _ in range(3):
+            reading = robot.draw()
+            frames.append(torch.from_numpy(reading.images["camera"].image))
+            q, v = reading.joint_pos, reading.joint_vel
+            rows.append(torch.tensor([[q[0], math.cos(q[1]), math.sin(q[1]), v[0], v[1]]], dtype=torch.float32))
+            assert runtime.step() == 0
+        stacks = [torch.cat([frames[0], frames[0]], -1), torch.cat([frames[0], frames[1]], -1), torch.cat([frames[1], frames[2]], -1)]
+        with torch.no_grad():
+            want = torch.cat([policy(s[None], o) for s, o in zip(stacks, rows, strict=True)]).numpy()
+        np.testing.assert_allclose(np.stack(runtime.telemetry.actions), want, rtol=0, atol=1e-5)

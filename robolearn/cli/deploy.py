@@ -8,11 +8,17 @@ difference and exits with status 2.
 
 Robots:
 
-* ``sim``: the policy's own task as a simulated robot (``task=`` for another), real time by default
+* ``sim``: the policy's own task as a simulated robot (``task=`` for another; ``overrides.<key>=<value>``
+  for task-config overrides, ``robolearn.make``'s keywords such as
+  ``overrides.observations__image__terms__rgb__params__width=32``), real time by default
   (``realtime=false`` steps it as fast as the loop runs, for a quick check);
 * ``ros1`` / ``ros2``: the ROS policy node of :mod:`robolearn.sim2real.ros` on the topics under
   ``namespace=``, for the robot described by ``features=<file.json|yaml>``. ROS 2 runs in the
   interpreter of the ROS 2 venv (``.venv-ros2``, made by ``scripts/setup.sh``) or ``ros2_python=``.
+
+Image policies (manifest version 5): each image input reads the robot camera its image term was
+rendered from (the simulated robot declares those), or the one ``camera.<input>=<camera>`` names;
+``safety.camera_stale_timeout_s`` is how old a frame may be before the step holds.
 
 What it writes: ``<policy dir>/deploy/<UTC time>/`` (a new folder every time: a deployment never
 writes into another's) with ``telemetry.h5`` (a robolearn dataset: observations, actions, commands,
@@ -52,6 +58,8 @@ class SafetySettings:
     """Exponential smoothing weight on the previous command, in [0, 1)."""
     stale_timeout_s: float = 0.1
     """Reading age that makes the layer hold."""
+    camera_stale_timeout_s: float = 0.2
+    """Camera frame age that makes the layer hold (image policies)."""
     hold_mode: str = "hold"
     """``hold`` or ``damp``."""
     damping: float = 1.0
@@ -98,6 +106,11 @@ class DeployConfig:
     """ROS command message: ``float64_multi_array`` or ``joint_trajectory``."""
     ros2_python: str | None = None
     """Interpreter of the ROS 2 venv; null: ``.venv-ros2/bin/python`` beside the package, if any."""
+    camera: dict[str, str] = field(default_factory=dict)
+    """Image policies: ``camera.<image input>=<robot camera>`` for an input that does not read the camera
+    its image term was rendered from."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Task-config overrides of the simulated robot (``robolearn.make`` keywords)."""
     safety: SafetySettings = field(default_factory=SafetySettings)
     """The safety layer."""
 
@@ -228,10 +241,10 @@ def _deploy_sim(cfg: DeployConfig, folder: Path, safety: Any, out: Path) -> int:
 
     policy = load_exported(folder, cfg.format)
     task = cfg.task or policy.manifest.spec.task_id
-    robot = SimulatedRobot(task, seed=cfg.seed, realtime=cfg.realtime)
+    robot = SimulatedRobot(task, seed=cfg.seed, realtime=cfg.realtime, overrides=dict(cfg.overrides) or None)
     # Lockstep: the runtime counts simulated seconds (ramps, timeouts), as the robot does.
     runtime = DeployRuntime(policy, robot, safety, rate_hz=cfg.rate, clock=robot.clock, seed=cfg.sampler_seed,
-                            noise=cfg.sampler_noise)
+                            noise=cfg.sampler_noise, cameras=dict(cfg.camera) or None)
     steps = int(round(cfg.duration * runtime.rate_hz)) if cfg.duration > 0 else None
     rewards: list[float] = []
     with robot, tqdm(total=steps, unit="step", desc=f"deploy {task} ({'real time' if cfg.realtime else 'lockstep'})") as bar:
@@ -301,7 +314,8 @@ def _deploy_ros(cfg: DeployConfig, folder: Path, out: Path) -> int:
         raise ConfigError(str(exc)) from None
     policy = load_exported(folder, cfg.format)
     manifest = policy.manifest
-    problems = check_robot(manifest.spec, manifest.obs_groups, features, cfg.rate)
+    problems = check_robot(manifest.spec, manifest.obs_groups, features, cfg.rate, images=manifest.images,
+                           cameras=dict(cfg.camera) or None)
     if problems:
         raise DeployMismatch(problems)
     module = f"robolearn.sim2real.ros.{cfg.robot}_policy_node"

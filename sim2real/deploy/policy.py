@@ -15,11 +15,17 @@ A chunked generative policy (manifest version 4, ``chunking`` and ``sampler``) i
 ``policy(obs, noise)`` maps the stacked frames ``[1, obs_history * D]`` and a noise chunk
 ``[1, H, A]`` to an action chunk ``[1, H, A]``; the deploy runtime runs its chunk execution
 (``robolearn.spec.chunking.ChunkExecutor``) and draws its noise.
+
+An image policy (manifest version 5, ``images``) takes its stacked camera frames as uint8 inputs,
+then its ``obs`` row when it has one: ``policy(obs, images=[stack, ...])``; the graph's inputs are
+checked against the manifest by name, dtype and shape at load. The runtime builds the stacks
+(:class:`robolearn.sim2real.deploy.images.ImageAdapter`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from robolearn.export import ExportManifest, read_manifest
+from robolearn.export.vision import input_names
 
 
 class PolicyLoadError(RuntimeError):
@@ -97,11 +104,24 @@ class ExportedPolicy:
         if self._state is not None:
             self._state = [np.zeros((1, *s.shape), np.float32) for s in self.manifest.states]
 
-    def __call__(self, obs: np.ndarray, noise: np.ndarray | None = None) -> np.ndarray:
+    @property
+    def has_images(self) -> bool:
+        """Whether the network takes image inputs (``manifest.images``) before its ``obs`` row."""
+        return self.manifest.has_images
+
+    def __call__(self, obs: np.ndarray, noise: np.ndarray | None = None,
+                 images: Sequence[np.ndarray] | None = None) -> np.ndarray:
         """The action ``[1, A]`` float32 for observation ``[1, D]`` float32 (a recurrent policy also
         advances its state); a chunked policy's chunk ``[1, H, A]`` for the stacked frames and
-        ``noise`` ``[1, H, A]`` float32.
+        ``noise`` ``[1, H, A]`` float32; an image policy's action for its stacked ``images`` (one
+        ``[1, *shape]`` uint8 array per ``manifest.images`` entry, in order) and ``obs`` (``[1, 0]``
+        for a pixels-only policy).
         """
+        if self.manifest.has_images:
+            if images is None or len(images) != len(self.manifest.images):
+                raise ValueError(f"images: the policy takes {len(self.manifest.images)} image input(s) "
+                                 f"{[i.name for i in self.manifest.images]}, got {0 if images is None else len(images)}")
+            return self._run(images, obs)
         if self.manifest.chunked:
             if noise is None:
                 raise ValueError("noise: a chunked policy's sampler takes its noise [1, H, A] as input")
@@ -119,15 +139,10 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
         raise PolicyLoadError(f"policy={folder}: {exc}") from None
     if fmt not in manifest.files:
         raise PolicyLoadError(f"policy={folder}: format {fmt!r} was not exported (it has {sorted(manifest.files)})")
-    if manifest.has_images:
-        # Refused here rather than at the first call: the runtime reads no camera yet.
-        names = ", ".join(i.name for i in manifest.images)
-        raise PolicyLoadError(
-            f"policy={folder}: the policy reads camera images ({names}; manifest version {manifest.version}),"
-            " which the deploy runtime cannot feed yet; only vector-observation policies deploy"
-        )
     network = folder / manifest.files[fmt].path
     policy = ExportedPolicy(manifest, folder, fmt)
+    if manifest.has_images:
+        return _load_image_policy(policy, network, folder)
     if fmt == "onnx":
         try:
             import onnxruntime as ort
@@ -271,3 +286,68 @@ def _onnx_recurrent(session: Any, policy: ExportedPolicy) -> Any:
         return action
 
     return run
+
+
+def _load_image_policy(policy: ExportedPolicy, network: Path, folder: Path) -> ExportedPolicy:
+    """Open an image policy's network (ONNX Runtime, one thread; or TorchScript), its inputs checked
+    against the manifest (names, uint8 images of the declared shapes), and probe it once.
+    """
+    manifest = policy.manifest
+    names = input_names(manifest.images, manifest.obs_dim)
+    has_obs = manifest.obs_dim > 0
+    if policy.fmt == "onnx":
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise PolicyLoadError("onnxruntime is not installed: pip install 'robolearn[export]'") from None
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        session = ort.InferenceSession(str(network), options, providers=["CPUExecutionProvider"])
+        got = {i.name: i for i in session.get_inputs()}
+        if list(got) != names:
+            raise PolicyLoadError(f"policy={folder}: the network's inputs are {list(got)}, the manifest's {names} "
+                                  "(images, then obs)")
+        for image in manifest.images:
+            arg = got[image.name]
+            if arg.type != "tensor(uint8)" or list(arg.shape[1:]) != list(image.shape):
+                raise PolicyLoadError(f"policy={folder}: the network's input {image.name} is {arg.type} "
+                                      f"[batch, {', '.join(map(str, arg.shape[1:]))}], the manifest's image is uint8 "
+                                      f"{list(image.shape)} ({image.layout})")
+        if has_obs:
+            width = got["obs"].shape[-1]
+            if isinstance(width, int) and width != manifest.obs_dim:
+                raise PolicyLoadError(f"policy={folder}: the network's obs input is {width} wide, the manifest's "
+                                      f"input groups ({' + '.join(manifest.obs_groups)}) give {manifest.obs_dim}")
+        outputs = ["action"]
+        feed: dict[str, np.ndarray] = {}  # one dict reused: no allocation per step
+        image_names = names[: len(manifest.images)]
+
+        def run_onnx(images: Sequence[np.ndarray], obs: np.ndarray) -> np.ndarray:
+            for name, x in zip(image_names, images, strict=True):
+                feed[name] = x
+            if has_obs:
+                feed["obs"] = obs
+            return session.run(outputs, feed)[0]
+
+        policy._run = run_onnx
+    else:
+        import torch
+
+        module = torch.jit.load(str(network), map_location="cpu")
+        module.eval()
+
+        def run_ts(images: Sequence[np.ndarray], obs: np.ndarray) -> np.ndarray:
+            inputs = [torch.from_numpy(x) for x in images]
+            if has_obs:
+                inputs.append(torch.from_numpy(obs))
+            with torch.inference_mode():
+                return module(*inputs).numpy()
+
+        policy._run = run_ts
+    probe = policy(np.zeros((1, manifest.obs_dim), np.float32),
+                   images=[np.zeros((1, *i.shape), np.uint8) for i in manifest.images])
+    if probe.shape != (1, policy.action_dim):
+        raise PolicyLoadError(f"policy={folder}: the network returns shape {list(probe.shape)}, the manifest says [1, {policy.action_dim}]")
+    return policy

@@ -2,9 +2,10 @@
 
 One control step (:meth:`DeployRuntime.step`)::
 
-    reading = robot.read()                       # newest joint state, stamped
+    reading = robot.read()                       # newest joint state (and camera frames), stamped
     obs     = adapter(reading, last_action)      # the training observation processing (robolearn.spec)
-    action  = policy(obs)                        # ONNX Runtime, batch 1
+    images  = image_adapter(reading)             # image policies: preprocessed, stacked camera frames
+    action  = policy(obs, images=images)         # ONNX Runtime, batch 1
     command = action_processor(action)           # offset + scale * clip(action): physical units
     command, flags = safety.filter(command, reading, now)
     sent    = robot.send(command)                # what the robot applied
@@ -24,14 +25,25 @@ makes the layer hold (status ``stale``); older than ``lost_timeout_s``, the robo
 and the runtime stops sending (status ``lost``) until fresh readings return. An e-stop latches
 (status ``estop``). On exit the runtime damps for the safety layer's ``exit_s``.
 
+An **image policy** (manifest version 5, ``images``) is fed by
+:class:`~robolearn.sim2real.deploy.images.ImageAdapter`: each image input reads one robot camera
+(``cameras={input: camera}``, default the camera its image term was rendered from), through the
+env's preprocessing (``robolearn.spec.image_ops.ImagePipeline``, what the image term recorded, and
+the colour conversion from the camera's encoding), stacked ``[H, W, k*C]`` oldest first; with a
+vector group too (image + proprioception) the ``obs`` row is built as for any policy.
+:func:`check_robot` names a camera the robot lacks and one whose frames cannot become the input's
+frame. Until every camera has delivered a frame nothing is sent and the safety layer does not start
+(status ``no_camera``); a frame older than the safety layer's ``camera_stale_timeout_s`` makes the
+step hold (``Intervention.STALE_CAMERA``, status ``stale_camera``), a discontinuity like any hold.
+
 One unbroken run of the policy on the robot is what one episode is in training. Before the first
 policy step after any discontinuity -- the (re)start of the safety layer (first step, restart after
 an e-stop is cleared, a new :meth:`DeployRuntime.run`), a step whose command did not come from the
 policy (e-stop, hold, stale or unusable reading, a non-finite action) and a lost robot -- the
 policy starts over as the env starts a world's episode: a recurrent policy's hidden state from
 zeros (:class:`ExportedPolicy` otherwise feeds each step's ``h_out`` back as the next ``h_in``),
-every stacked observation history (a ``history`` group, a group with ``history_length``) from the
-next frame, which fills all its slots, and the last action from zeros (``env.action`` is zero at an
+every stacked observation history (a ``history`` group, a group with ``history_length``, an image
+input's frame stack) from the next frame, which fills all its slots, and the last action from zeros (``env.action`` is zero at an
 episode start). Nothing carries across a discontinuity.
 
 A policy whose input spans several observation groups (manifest ``obs_groups``: a history encoder
@@ -50,7 +62,8 @@ under the same noise).
 
 The deploy side imports neither MuJoCo nor the task registry (``tests/test_deploy.py`` checks
 ``sys.modules``): only :mod:`robolearn.spec`, :mod:`robolearn.export`, :mod:`robolearn.data`, NumPy,
-torch (the shared observation processors) and ONNX Runtime.
+torch (the shared observation processors) and ONNX Runtime; OpenCV only when an image pipeline
+step that needs it runs.
 """
 
 from __future__ import annotations
@@ -60,12 +73,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from robolearn.sim2real.deploy.images import ImageAdapter
 from robolearn.sim2real.deploy.observations import ObservationAdapter
 from robolearn.sim2real.deploy.policy import ExportedPolicy
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig, SafetyLayer
@@ -73,14 +87,18 @@ from robolearn.sim2real.deploy.telemetry import Telemetry
 from robolearn.sim2real.robots.base import Reading, Robot, RobotFeatures
 from robolearn.spec import ActionProcessor, PolicySpec
 from robolearn.spec.chunking import ChunkExecutor
+from robolearn.spec.manifest import ImageInputSpec
 
 log = logging.getLogger(__name__)
 
 _ESTOP, _STALE, _RAMP = int(Intervention.ESTOP), int(Intervention.STALE), int(Intervention.RAMP)
+_STALE_CAMERA = int(Intervention.STALE_CAMERA)
 _HOLD_OR_NONFINITE = int(Intervention.HOLD | Intervention.NONFINITE)
-_POLICY_OFF = int(Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
+_POLICY_OFF = int(Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE
+                  | Intervention.STALE_CAMERA)
 """Flags of a step whose command did not come from the policy (recorded as ``policy_active`` false)."""
-_DISCONTINUITY = int(Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE)
+_DISCONTINUITY = int(Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE
+                     | Intervention.STALE_CAMERA)
 """Flags after which the policy starts over: hidden state, observation history, last action (module doc)."""
 
 
@@ -99,10 +117,13 @@ class DeployMismatch(ValueError):
 
 
 def check_robot(spec: PolicySpec, group: str | Sequence[str], features: RobotFeatures, rate_hz: float | None = None,
-                rate_rtol: float = 0.01) -> list[str]:
+                rate_rtol: float = 0.01, images: Sequence[ImageInputSpec] = (),
+                cameras: Mapping[str, str] | None = None) -> list[str]:
     """Every reason policy ``spec`` (reading observation ``group``, or the groups its input row
-    concatenates: ``manifest.obs_groups``) cannot run on a robot with ``features`` at ``rate_hz``
-    (default: the policy's rate); empty when it can.
+    concatenates: ``manifest.obs_groups``; none for a pixels-only policy) cannot run on a robot
+    with ``features`` at ``rate_hz`` (default: the policy's rate); empty when it can. ``images``:
+    the manifest's image inputs (``manifest.images``), fed from the robot's cameras as ``cameras``
+    maps them (:class:`~robolearn.sim2real.deploy.images.ImageAdapter`).
     """
     problems: list[str] = []
     want = [str(j) for j in spec.joint_order]
@@ -124,8 +145,13 @@ def check_robot(spec: PolicySpec, group: str | Sequence[str], features: RobotFea
         problems.append(f"control rate: the policy was trained at {policy_rate:g} Hz, the robot runs at {features.rate_hz:g} Hz")
     if rate_hz is not None and abs(rate_hz - policy_rate) > rate_rtol * policy_rate:
         problems.append(f"rate: {rate_hz:g} Hz was asked for, the policy was trained at {policy_rate:g} Hz")
-    adapter = ObservationAdapter(spec, group, features)
-    problems.extend(adapter.mismatches())
+    groups = (group,) if isinstance(group, str) else tuple(group)
+    if any(groups):
+        problems.extend(ObservationAdapter(spec, group, features).mismatches())
+    elif not images:
+        problems.append("observations: the policy reads no observation group and no image")
+    if images:
+        problems.extend(ImageAdapter(spec, images, features, cameras).mismatches())
     return problems
 
 
@@ -183,18 +209,22 @@ class DeployRuntime:
         sleep: Callable[[float], None] | None = None,
         seed: int = 0,
         noise: str = "normal",
+        cameras: Mapping[str, str] | None = None,
     ) -> None:
         """Check the policy against the robot (raise :class:`DeployMismatch`) and build the stages.
 
         ``clock`` and ``sleep`` are the loop's time source and its way to wait (default: the
         monotonic clock and an interruptible wait); a test passes a simulated pair. ``seed`` and
         ``noise`` (one of :data:`NOISE_MODES`) set how a chunked policy's sampler noise is drawn.
+        ``cameras``: ``{image input: robot camera}`` for an image policy's inputs that do not read
+        the camera their image term was rendered from (module doc).
         """
         if noise not in NOISE_MODES:
             raise ValueError(f"noise: expected one of {', '.join(NOISE_MODES)}, got {noise!r}")
         spec = policy.manifest.spec
         group = policy.manifest.obs_groups
-        problems = check_robot(spec, group, robot.features, rate_hz)
+        images = policy.manifest.images
+        problems = check_robot(spec, group, robot.features, rate_hz, images=images, cameras=cameras)
         if problems:
             raise DeployMismatch(problems)
         self.policy = policy
@@ -205,12 +235,18 @@ class DeployRuntime:
         self.clock = clock
         self.spin_s = float(spin_s)
         self.lost_timeout_s = float(lost_timeout_s)
-        self.adapter = ObservationAdapter(spec, group, robot.features)
+        self.adapter = ObservationAdapter(spec, group, robot.features) if group else None
+        """The vector observation's adapter (``None``: a pixels-only policy, whose ``obs`` row is empty)."""
+        self.images = ImageAdapter(spec, images, robot.features, cameras) if images else None
+        """An image policy's camera inputs (``None``: no image input)."""
+        self._empty_obs = np.zeros((1, 0), np.float32)
         self.action_processor = ActionProcessor.from_spec(spec.actions)
-        self.safety = SafetyLayer(robot.features, safety or SafetyConfig(), clock=clock)
+        self.safety = SafetyLayer(robot.features, safety or SafetyConfig(), clock=clock,
+                                  cameras=self.images.cameras if self.images is not None else ())
         self.last_action = np.zeros(spec.action_dim)
         self.telemetry = (
-            Telemetry(policy.frame_dim, spec.action_dim, len(robot.features.command_joints), len(robot.features.joints))
+            Telemetry(policy.frame_dim, spec.action_dim, len(robot.features.command_joints), len(robot.features.joints),
+                      cameras=self.safety.cameras)
             if record else None
         )
         chunk = policy.manifest.chunk
@@ -229,7 +265,8 @@ class DeployRuntime:
         self._fresh_state = True
         """Whether the policy starts over before its next step: hidden state, history, last action (module doc)."""
         self.status = "idle"
-        """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``lost``, ``estop``, ``exit``, ``stopped``."""
+        """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``stale_camera``, ``no_camera`` (a camera never
+        delivered: nothing is sent), ``lost``, ``estop``, ``exit``, ``stopped``."""
         self._stop = threading.Event()
         self._sleep = sleep if sleep is not None else self._stop.wait
 
@@ -239,6 +276,14 @@ class DeployRuntime:
         ``reading``, without the safety layer or any state change (benchmarks, parity checks; a
         recurrent policy acts from its carried state and keeps it; stacked histories are not advanced).
         """
+        if self.images is not None:
+            # Copies of the inputs: the stacks are put back below, acting here leaves no trace.
+            stacks = self.images.state()
+            images = [x.copy() for x in self.images(reading)]
+            self.images.restore(stacks)
+            obs = self._observe(reading)
+            action = self.policy(obs, images=images).reshape(-1)
+            return obs, action, self.action_processor.apply_numpy(action)
         windows = self.adapter.history_state()
         obs = self.adapter(reading, self.last_action)
         self.adapter.restore_history(windows)
@@ -264,9 +309,21 @@ class DeployRuntime:
         """
         self._fresh_state = True
 
+    def _observe(self, reading: Reading) -> np.ndarray:
+        """An image policy's ``obs`` row ``[1, D]`` without advancing any history (``[1, 0]``: none)."""
+        if self.adapter is None:
+            return self._empty_obs
+        windows = self.adapter.history_state()
+        obs = self.adapter(reading, self.last_action)
+        self.adapter.restore_history(windows)
+        return obs
+
     def _start_over(self) -> None:
         """The episode start of the policy's inputs and state (:meth:`reset_policy_state`)."""
-        self.adapter.reset()
+        if self.adapter is not None:
+            self.adapter.reset()
+        if self.images is not None:
+            self.images.reset()
         self.last_action = np.zeros(self.spec.action_dim)
         if self._recurrent:
             self.policy.reset()
@@ -306,15 +363,28 @@ class DeployRuntime:
             self._fresh_state = True
             return None
         if self.safety.state == "idle":
+            missing = self.safety.missing_cameras(reading)
+            if missing:
+                # No frame yet: the policy cannot see, so nothing starts and nothing is sent.
+                if self.status != "no_camera":
+                    log.warning("deploy: camera(s) %s have not delivered a frame; waiting before starting", missing)
+                self.status = "no_camera"
+                self._fresh_state = True
+                return None
             self.safety.start(reading, now)
             self._fresh_state = True
         fresh = now - reading.age_reference <= self.safety.config.stale_timeout_s
+        seeing = self.images is None or self.safety.cameras_fresh(reading, now)
         obs = action = command = None
-        if fresh and self.safety.state != "estop":
+        if fresh and seeing and self.safety.state != "estop":
             if self._fresh_state:
                 self._start_over()
-            obs = self.adapter(reading, self.last_action)
-            action = self._chunk_action(obs) if self.executor is not None else self.policy(obs).reshape(-1)
+            if self.images is not None:
+                obs = self.adapter(reading, self.last_action) if self.adapter is not None else self._empty_obs
+                action = self.policy(obs, images=self.images(reading)).reshape(-1)
+            else:
+                obs = self.adapter(reading, self.last_action)
+                action = self._chunk_action(obs) if self.executor is not None else self.policy(obs).reshape(-1)
             command = self.action_processor.apply_numpy(action)
             if math.isfinite(float(action.sum())):
                 # The last-action term is the policy's own choice, as env.action is in training.
@@ -334,6 +404,7 @@ class DeployRuntime:
                 safe, sent, reading.joint_pos, reading.joint_vel,
                 stamp=reading.stamp, tick=now, sent_at=sent_at, interventions=flags,
                 policy_active=obs is not None and not flags & _POLICY_OFF,
+                camera_ages=self.safety.camera_ages(reading, now) if self.images is not None else (),
             )
         return flags
 
@@ -351,6 +422,8 @@ class DeployRuntime:
             return "estop"
         if not fresh or flags & _STALE:
             return "stale"
+        if flags & _STALE_CAMERA:
+            return "stale_camera"
         if flags & _RAMP:
             return "ramp"
         if flags & _HOLD_OR_NONFINITE:

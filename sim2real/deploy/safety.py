@@ -15,14 +15,18 @@ joint's speed limit).
 
 A reading is *usable* when it is there, not older than ``stale_timeout_s``
 (``now - reading.age_reference``) and its positions and velocities of the command joints are
-finite (a sensor reporting NaN is as good as no sensor).
+finite (a sensor reporting NaN is as good as no sensor). An image policy's cameras (the layer's
+``cameras``) are *fresh* when the reading holds a frame of each, none older than
+``camera_stale_timeout_s`` (``now - frame.age_reference``: a camera's staleness is its own).
 
 Per step, in this order:
 
 1. **non-finite** command (NaN or infinity anywhere): the *hold* command instead (``NONFINITE``);
    no command at all (``None``): the hold command (``HOLD``);
-2. **watchdog**: no usable reading: the hold command (``STALE``); once readings are usable again
-   the layer runs again, under the change limit (so it resumes smoothly);
+2. **watchdog**: no usable reading: the hold command (``STALE``); a camera that is not fresh: the
+   hold command (``STALE_CAMERA``, counted apart); once readings (and frames) are fresh again the
+   layer runs again, under the change limit (so it resumes smoothly). The layer does not start
+   (stays ``idle``) before every camera has delivered a frame;
 3. **staged start** for ``ramp_s`` after :meth:`SafetyLayer.start` (``RAMP``): position robots move
    their targets from the measured pose to ``features.default_pose`` along a straight line (the
    policy's targets are ignored until the ramp ends); torque and velocity robots get the policy's
@@ -102,6 +106,9 @@ class Intervention(enum.IntFlag):
     """No command from the policy: the hold command was sent."""
     SMOOTHED = 1024
     """Smoothing changed the command."""
+    STALE_CAMERA = 2048
+    """A camera the policy reads had no frame, or none newer than ``camera_stale_timeout_s``: the hold
+    command was sent."""
 
 
 FLAG_NAMES = {int(f): f.name.lower() for f in Intervention if f.value}
@@ -113,7 +120,8 @@ _POSITION, _VELOCITY, _EFFORT, _RATE, _NONFINITE, _STALE, _ESTOP, _RAMP, _EXIT, 
     int(Intervention.NONFINITE), int(Intervention.STALE), int(Intervention.ESTOP), int(Intervention.RAMP),
     int(Intervention.EXIT), int(Intervention.HOLD), int(Intervention.SMOOTHED),
 )
-_HOLDING = _HOLD | _NONFINITE | _STALE
+_STALE_CAMERA = int(Intervention.STALE_CAMERA)
+_HOLDING = _HOLD | _NONFINITE | _STALE | _STALE_CAMERA
 
 
 # The reductions as ufunc calls: ``ndarray.all()``/``.any()`` go through a Python wrapper that
@@ -147,6 +155,9 @@ class SafetyConfig:
     """Exponential smoothing weight on the previous command, in ``[0, 1)`` (0: none)."""
     stale_timeout_s: float = 0.1
     """A reading older than this (``now - reading.age_reference``) trips the watchdog."""
+    camera_stale_timeout_s: float = 0.2
+    """A camera frame older than this (``now - frame.age_reference``) holds an image policy
+    (``STALE_CAMERA``); cameras are slower than joint encoders (30 Hz: a frame every 33 ms)."""
     hold_mode: Literal["hold", "damp"] = "hold"
     """Position robots: ``hold`` keeps the position where the hold began, ``damp`` follows the measured one."""
     damping: float | tuple[float, ...] = 1.0
@@ -167,8 +178,10 @@ class SafetyConfig:
         _positive_or_inf(self.max_delta, "safety.max_delta")
         if not (_is_number(self.smoothing) and 0.0 <= self.smoothing < 1.0):
             raise SafetyConfigError(f"safety.smoothing: expected a weight in [0, 1), got {self.smoothing!r}")
-        if not (_is_number(self.stale_timeout_s) and self.stale_timeout_s > 0):
-            raise SafetyConfigError(f"safety.stale_timeout_s: expected seconds > 0, got {self.stale_timeout_s!r}")
+        for name in ("stale_timeout_s", "camera_stale_timeout_s"):
+            value = getattr(self, name)
+            if not (_is_number(value) and value > 0):
+                raise SafetyConfigError(f"safety.{name}: expected seconds > 0, got {value!r}")
         if self.hold_mode not in ("hold", "damp"):
             raise SafetyConfigError(f"safety.hold_mode: expected 'hold' or 'damp', got {self.hold_mode!r}")
         for name in ("ramp_s", "exit_s", "position_margin"):
@@ -267,10 +280,19 @@ class SafetyLayer:
     Not thread-safe except :meth:`estop`, which any thread may call while another one steps.
     """
 
-    def __init__(self, features: RobotFeatures, config: SafetyConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, features: RobotFeatures, config: SafetyConfig, clock: Callable[[], float] = time.monotonic,
+                 cameras: Sequence[str] = ()) -> None:
         """Precompute the limit arrays of ``features`` under ``config``; ``clock`` gives ``now``
-        when a method is called without it.
+        when a method is called without it. ``cameras``: the robot cameras the policy reads (an
+        image policy's), whose frames must be fresh for a step to run (module doc).
         """
+        unknown = [c for c in cameras if c not in features.cameras]
+        if unknown:
+            raise SafetyConfigError(f"safety.cameras: {unknown} are not cameras of robot {features.name!r} "
+                                    f"(it has {sorted(features.cameras) or 'none'})")
+        self.cameras = tuple(dict.fromkeys(cameras))
+        """The cameras whose frames the layer watches (empty: none)."""
+        self._camera_timeout = float(config.camera_stale_timeout_s)
         self.features = features
         self.config = config
         self.clock = clock
@@ -351,6 +373,29 @@ class SafetyLayer:
     def estop_reason(self) -> str:
         """Why the e-stop latched (empty when it is not latched)."""
         return self._estop_reason
+
+    def camera_ages(self, reading: Reading | None, now: float | None = None) -> list[float]:
+        """Seconds since each watched camera's newest frame (``inf``: none in ``reading``), in order."""
+        now = self._now(now)
+        images = reading.images if reading is not None else {}
+        out = []
+        for name in self.cameras:
+            frame = images.get(name)
+            out.append(math.inf if frame is None else now - frame.age_reference)
+        return out
+
+    def missing_cameras(self, reading: Reading | None) -> list[str]:
+        """The watched cameras that have no frame in ``reading`` (never delivered)."""
+        images = reading.images if reading is not None else {}
+        return [name for name in self.cameras if name not in images]
+
+    def cameras_fresh(self, reading: Reading | None, now: float | None = None) -> bool:
+        """Whether every watched camera has a frame no older than ``camera_stale_timeout_s``
+        (written so that a NaN stamp counts as stale).
+        """
+        if not self.cameras:
+            return True
+        return all(age <= self._camera_timeout for age in self.camera_ages(reading, now))
 
     def _now(self, now: float | None) -> float:
         """``now``, or the clock's time when it is not given."""
@@ -439,7 +484,8 @@ class SafetyLayer:
         # Fresh: written so that a NaN stamp counts as stale.
         usable = (reading is not None and now - reading.age_reference <= self._timeout
                   and _all_finite(reading.joint_pos[self._cols]) and _all_finite(reading.joint_vel[self._cols]))
-        if self._state == "idle" and usable:
+        seeing = not self.cameras or self.cameras_fresh(reading, now)
+        if self._state == "idle" and usable and seeing:
             self.start(reading, now)
         flags = 0
         if command is None:
@@ -456,6 +502,10 @@ class SafetyLayer:
             if not flags:
                 cmd = self._hold(reading)
             flags |= _STALE
+        if not seeing:
+            if not flags:
+                cmd = self._hold(reading)
+            flags |= _STALE_CAMERA
         holding = flags != 0
         state = self._state
         if not holding:

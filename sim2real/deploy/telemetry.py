@@ -8,11 +8,17 @@ reading stamp, loop tick and send time. Logs carry no reward: ``rewards`` are ze
 metadata says so (``extra["rewards"] = "unlabelled"``); label them with the task's terms offline.
 Steps in which the policy did not run (staged start, hold, e-stop) are kept and flagged, so a
 learner can mask them (``infos/policy_active``).
+
+An image policy's frames are not kept (a stack of 84x84x9 bytes at 100 Hz is 6 MB/s); each camera's
+frame age at every step is (``infos/camera_age.<camera>``, ``/`` in a name written ``_``; seconds, ``inf`` before its first
+frame), beside the ``STALE_CAMERA`` flags. The ``policy`` observation of a pixels-only policy is
+its empty ``obs`` row.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +33,9 @@ class Telemetry:
     FIELDS = ("stamp", "tick", "sent_at", "interventions", "policy_active")
     """Scalar columns recorded every step."""
 
-    def __init__(self, obs_dim: int, action_dim: int, command_dim: int, joint_dim: int) -> None:
-        """Empty records for the given widths."""
+    def __init__(self, obs_dim: int, action_dim: int, command_dim: int, joint_dim: int,
+                 cameras: Sequence[str] = ()) -> None:
+        """Empty records for the given widths; ``cameras``: the cameras whose frame age is recorded."""
         self.obs: list[np.ndarray] = []
         self.actions: list[np.ndarray] = []
         self.commands: list[np.ndarray] = []
@@ -36,6 +43,11 @@ class Telemetry:
         self.joint_pos: list[np.ndarray] = []
         self.joint_vel: list[np.ndarray] = []
         self.scalars: dict[str, list[float]] = {k: [] for k in self.FIELDS}
+        self.cameras = tuple(cameras)
+        # HDF5 reads "/" in a key as a group: a ROS-style camera name is flattened.
+        self._age_keys = [f"camera_age.{name.replace('/', '_')}" for name in self.cameras]
+        for key in self._age_keys:
+            self.scalars[key] = []
         self.widths = (obs_dim, action_dim, command_dim, joint_dim)
 
     def __len__(self) -> int:
@@ -56,8 +68,9 @@ class Telemetry:
         sent_at: float,
         interventions: int,
         policy_active: bool,
+        camera_ages: Sequence[float] = (),
     ) -> None:
-        """Append one step (arrays are copied)."""
+        """Append one step (arrays are copied); ``camera_ages``: seconds per recorded camera, in order."""
         self.obs.append(np.array(obs, dtype=np.float32).reshape(-1))
         self.actions.append(np.array(action, dtype=np.float32).reshape(-1))
         self.commands.append(np.array(command, dtype=np.float64).reshape(-1))
@@ -70,6 +83,8 @@ class Telemetry:
         s["sent_at"].append(sent_at)
         s["interventions"].append(float(interventions))
         s["policy_active"].append(float(policy_active))
+        for key, age in zip(self._age_keys, camera_ages, strict=True):
+            s[key].append(float(age))
 
     def to_dataset(self, task_id: str = "", extra: dict[str, Any] | None = None) -> Dataset:
         """The records as one episode (cut by the stop: a time-out); ``None`` steps are not possible."""

@@ -22,6 +22,15 @@ joint (a floating base) has no joint reading and is offered as the extras ``<joi
 ``<joint>/qvel`` instead, the state an estimator would publish. ``sensor_noise`` adds Gaussian noise
 to the joint readings (the task's observation noise stays the policy's own processing).
 
+Cameras: every colour camera term of the task (``robolearn.envs.camera.camera_rgb``, such as the
+``image`` group of ``Cartpole-Swingup-Pixels`` and ``Reacher-Pixels``) is a declared camera
+(``rgb8``, the term's width and height; rate: the control rate over its ``render_every``), named as
+the deploy runtime looks a policy's camera up: the term's ``camera`` parameter when it is a name
+(Cartpole's ``fixed``), else the term's name (``rgb`` for a free camera). Every reading carries the
+newest frame of each (:attr:`Reading.images`), rendered by the term itself from the world's state at
+the task's camera and size, so it is the env's observation of that state, stamped with the
+reading's stamp.
+
 The episode never times out on a robot (the time limit is the task's training device); a task's
 termination (a fall) resets the world, counted in :attr:`SimulatedRobot.resets`.
 """
@@ -39,8 +48,16 @@ import mujoco
 import numpy as np
 import torch
 
+from robolearn.envs.camera import camera_rgb
 from robolearn.envs.registry import make
-from robolearn.sim2real.robots.base import Reading, Robot, RobotError, RobotFeatures
+from robolearn.sim2real.robots.base import (
+    CameraFeature,
+    CameraFrame,
+    Reading,
+    Robot,
+    RobotError,
+    RobotFeatures,
+)
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +183,25 @@ class SimulatedRobot(Robot):
         self._cmd_cols = np.array([joints.index(j) for j in cmd_joints], dtype=np.int64)
         units = {j: ("m" if model.jnt_type[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, j)]
                      == mujoco.mjtJoint.mjJNT_SLIDE else "rad") for j in joints}
+        cameras: dict[str, CameraFeature] = {}
+        self._cameras: list[tuple[str, Any]] = []
+        """``(camera name, ObsTerm)`` of every colour camera term (module doc)."""
+        rate = float(self.spec["control_rate_hz"])
+        for group in self.env.cfg.observations.values():
+            for tname, term in group.terms.items():
+                if term.func is not camera_rgb:
+                    continue
+                params = dict(term.params or {})
+                cam = params.get("camera")
+                name = cam if isinstance(cam, str) and cam else tname
+                feature = CameraFeature(int(params.get("height", 84)), int(params.get("width", 84)), "rgb8",
+                                        rate / int(params.get("render_every", 1)))
+                if name in cameras:
+                    if cameras[name] != feature:
+                        raise RobotError(f"task {self.task_id}: two camera terms named {name!r} render different frames")
+                    continue
+                cameras[name] = feature
+                self._cameras.append((name, term))
         self.features = RobotFeatures(
             name=self.task_id,
             joints=tuple(joints),
@@ -178,6 +214,7 @@ class SimulatedRobot(Robot):
             default_pose=tuple(default),
             extras=extras,
             units=units,
+            cameras=cameras,
         )
 
     # -- Robot ---------------------------------------------------------------------------------
@@ -299,7 +336,14 @@ class SimulatedRobot(Robot):
             extras[f"{name}/qvel"] = qvel[da:da + nq - 1].astype(np.float64, copy=True)
         # received: when the state became available, on the robot's clock (simulation time in
         # lockstep, the monotonic clock in real time): a runtime judges staleness on that clock.
-        return Reading(stamp=stamp, joint_pos=pos, joint_vel=vel, extras=extras, received=self.clock())
+        received = self.clock()
+        images = {}
+        for name, term in self._cameras:
+            # The term's own render of this state (held between its render_every steps, cached when
+            # the env's observation already drew it): the env's observation, byte for byte.
+            frame = term.func(self.env, **term.params)[0].cpu().numpy()
+            images[name] = CameraFrame(np.ascontiguousarray(frame, dtype=np.uint8), stamp, received)
+        return Reading(stamp=stamp, joint_pos=pos, joint_vel=vel, extras=extras, received=received, images=images)
 
     def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Put the world in state ``(qpos, qvel)`` (the model's full ``qpos``/``qvel``), as a person
