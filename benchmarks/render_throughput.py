@@ -15,6 +15,14 @@ machine without a GPU). Each figure is the best of ``--repeats`` timed passes af
 
     OMP_NUM_THREADS=1 python benchmarks/render_throughput.py --sizes 84 128 --worlds 16 64 256 \\
         --json /work/bench/vision_render.json
+
+``--warp``: MuJoCo Warp's batch renderer (:class:`~robolearn.sim.warp_render.WarpBatchRenderer`)
+of a ``backend="warp"`` env instead, every world in one call (RGB, the frames left on the device):
+``warp render cuda`` where CUDA exists (it prints ``not run: no GPU`` otherwise) and, with
+``--warp-cpu``, ``warp render cpu`` on Warp's CPU device (a ray tracer in one host thread: a
+correctness path, not a fast one). The GPU figure synchronises the device before reading the clock.
+
+    OMP_NUM_THREADS=1 python benchmarks/render_throughput.py --warp --warp-cpu --sizes 84 --worlds 16 64
 """
 
 from __future__ import annotations
@@ -72,6 +80,49 @@ def measure(size: int, worlds: int, steps: int, repeats: int) -> dict[str, float
     return out
 
 
+def measure_warp(size: int, worlds: int, device: str, repeats: int) -> float:
+    """Frames/s of :class:`WarpBatchRenderer` (RGB, ``fixed`` camera) over every world on ``device``."""
+    from robolearn.sim.warp_render import WarpBatchRenderer
+
+    env = BatchedEnv(cartpole_swingup_pixels_cfg(size), worlds, seed=0, backend="warp", device=device)
+    env.reset()
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    with WarpBatchRenderer(env.sim, "fixed", size, size, modes=("rgb",)) as renderer:
+
+        def run() -> None:
+            renderer.render()
+            sync()  # the launches are asynchronous on CUDA: time the finished frames
+
+        fps = worlds / _best(run, repeats)
+    env.close()
+    return fps
+
+
+def main_warp(args: argparse.Namespace) -> None:
+    """The ``--warp`` mode (module doc): a Markdown table of the Warp renderer's frames/s."""
+    rows = []
+    devices = ["cuda"] if torch.cuda.is_available() else []
+    if not devices:
+        print("warp render cuda: not run: no GPU (torch.cuda.is_available() is False)")
+    if args.warp_cpu:
+        devices.append("cpu")
+    for device in devices:
+        name = torch.cuda.get_device_name() if device == "cuda" else f"Warp CPU device, {platform.processor() or platform.machine()}"
+        for size in args.sizes:
+            for worlds in args.worlds:
+                fps = measure_warp(size, worlds, device, args.repeats)
+                rows.append({"device": device, "name": name, "size": size, "worlds": worlds, "warp_render": fps})
+                print(f"# warp render {device} ({name}) {size}x{size} {worlds} worlds: {fps:.0f} frames/s", flush=True)
+    if rows:
+        print("\n| device | size | worlds | warp render frames/s |\n|---|---|---|---|")
+        for row in rows:
+            print(f"| {row['device']} | {row['size']} | {row['worlds']} | {row['warp_render']:.0f} |")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"mode": "warp", "cuda": torch.cuda.is_available(), "cpu_count": os.cpu_count(), "load_avg": os.getloadavg()}
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
 def main() -> None:
     """Measure every size x worlds combination, print a Markdown table, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -80,8 +131,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="env steps per timed pass")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--warp", action="store_true", help="measure MuJoCo Warp's batch renderer instead (module doc)")
+    parser.add_argument("--warp-cpu", action="store_true", help="with --warp: also on Warp's CPU device")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.warp:
+        main_warp(args)
+        return
     from robolearn.sim.render import select_gl_backend
 
     backend = select_gl_backend()

@@ -25,6 +25,15 @@ Batching. One :class:`~robolearn.sim.render.BatchRenderer` (one OpenGL context) 
 lighting setting serves every camera and mode of an env: each call draws only the worlds that are
 due, one after another into that context.
 
+Renderer. ``renderer="auto"`` (the default) draws with OpenGL, except on an env with
+``backend="warp"``: there a model camera is drawn by MuJoCo Warp's batch ray tracer
+(:class:`~robolearn.sim.warp_render.WarpBatchRenderer`, one per camera, size, lighting and mode),
+every world in one call on the backend's device, the frames staying there (no host copy); a
+:class:`~robolearn.sim.render.FreeCamera`, the free camera ``-1`` and ``reflections=True`` (which
+Warp does not draw) stay on OpenGL. ``"gl"`` and ``"warp"`` force one. The two renderers agree on
+geometry, not on shading (``robolearn.sim.warp_render``): a policy learnt on one should be checked
+on the other.
+
 Intrinsics. MuJoCo's perspective cameras have a vertical field of view ``fovy`` and square pixels,
 so ``fy = fx = (H / 2) / tan(fovy / 2)``; :func:`camera_intrinsics` states them in OpenCV's pixel
 convention (pixel centres at integer coordinates, so ``cx = (W - 1) / 2``, ``cy = (H - 1) / 2``),
@@ -48,9 +57,13 @@ from robolearn.spec.image_ops import CameraIntrinsics
 if TYPE_CHECKING:
     from robolearn.envs.batched_env import BatchedEnv
     from robolearn.sim.render import BatchRenderer, FreeCamera
+    from robolearn.sim.warp_render import WarpBatchRenderer
 
 CAMERA_KINDS: tuple[str, ...] = ("rgb", "depth", "segmentation")
 """What a camera term can deliver: colour, metric depth, geom ids."""
+
+RENDERERS: tuple[str, ...] = ("auto", "gl", "warp")
+"""A camera term's ``renderer`` choices (module doc, "Renderer")."""
 
 _VISUAL_EPOCH = "camera/visual_epoch"
 _RENDERERS = "_camera_renderers"  # env.__dict__ slot: {(width, height, shadows, reflections): BatchRenderer}
@@ -148,6 +161,39 @@ def _renderer(env: BatchedEnv, width: int, height: int, shadows: bool, reflectio
     return renderer
 
 
+def _warp_renderer(
+    env: BatchedEnv, camera: str | int, kind: str, width: int, height: int, shadows: bool
+) -> WarpBatchRenderer:
+    """The env's Warp batch renderer for this camera, size, lighting and mode (created on first use)."""
+    from robolearn.sim.warp_render import WarpBatchRenderer
+
+    renderers: dict[tuple[object, ...], WarpBatchRenderer] = env.__dict__.setdefault(_RENDERERS, {})
+    key = ("warp", camera, width, height, shadows, kind)
+    renderer = renderers.get(key)
+    if renderer is None:
+        renderer = WarpBatchRenderer(env.sim, camera, width, height, modes=(kind,), shadows=shadows)
+        renderers[key] = renderer
+    return renderer
+
+
+def _use_warp(env: BatchedEnv, camera: object, renderer: str, reflections: bool) -> bool:
+    """Whether a camera term draws with the Warp renderer (module doc, "Renderer")."""
+    from robolearn.sim.warp_render import is_warp_backend
+
+    if renderer not in RENDERERS:
+        raise ValueError(f"renderer: expected one of {', '.join(RENDERERS)}, got {renderer!r}")
+    if renderer == "gl":
+        return False
+    warp = is_warp_backend(env.sim)
+    if renderer == "warp":
+        if not warp:
+            raise ValueError(f"renderer: 'warp' needs an env built with backend='warp', got {type(env.sim).__name__}")
+        if reflections:
+            raise ValueError("reflections: the Warp renderer draws none; use renderer='gl' or reflections=False")
+        return True
+    return warp and not reflections and isinstance(camera, (str, int, np.integer)) and not isinstance(camera, bool) and camera != -1
+
+
 def close_cameras(env: BatchedEnv) -> None:
     """Free the GL contexts of ``env``'s camera terms (they are otherwise freed with the env)."""
     for renderer in env.__dict__.pop(_RENDERERS, {}).values():
@@ -184,9 +230,11 @@ def _frames(
     render_every: int,
     shadows: bool = False,
     reflections: bool = False,
+    renderer: str = "auto",
 ) -> torch.Tensor:
     """The held frames of one camera term, rendered again for the worlds that are due (module doc)."""
     width, height, every = _check_params(camera, width, height, render_every)
+    warp = _use_warp(env, camera, renderer, reflections)
     shape, dtype = {
         "rgb": ((height, width, 3), torch.uint8),
         "depth": ((height, width, 1), torch.float32),
@@ -212,9 +260,17 @@ def _frames(
     # Rendering runs on the host anyway (it reads each world's MjData): one sync for the world list,
     # through the env's documented sync point.
     ids = host_nonzero(need)
-    if ids is not None:
-        renderer = _renderer(env, width, height, shadows, reflections)
-        drawn = renderer.render(env.sim, [int(i) for i in to_host(ids)], camera=camera, mode=kind)
+    if ids is not None and warp:
+        # Every world in one call on the device; the due ones are kept (the others' frames are held).
+        frame = _warp_renderer(env, camera, kind, width, height, shadows).render()[kind]  # type: ignore[arg-type]
+        if kind == "depth":
+            frame = frame.unsqueeze(-1)
+        elif kind == "segmentation":
+            frame = torch.where(frame[..., 1:2] == _GEOM, frame[..., 0:1], -1)
+        frames[ids] = frame[ids].to(env.device)
+    elif ids is not None:
+        gl = _renderer(env, width, height, shadows, reflections)
+        drawn = gl.render(env.sim, [int(i) for i in to_host(ids)], camera=camera, mode=kind)
         if kind == "depth":
             drawn = drawn[..., None]
         elif kind == "segmentation":
@@ -238,6 +294,7 @@ def camera_rgb(
     render_every: int = 1,
     shadows: bool = False,
     reflections: bool = False,
+    renderer: str = "auto",
 ) -> torch.Tensor:
     """Colour frames uint8 ``[N, height, width, 3]`` of model camera ``camera`` in every world.
 
@@ -252,26 +309,38 @@ def camera_rgb(
             reflections cost several times the rest of a small frame (``benchmarks/
             render_throughput.py`` measures it), and a policy learns from the silhouettes as well.
         reflections: draw reflections on reflective materials (a checker floor); off by default.
+        renderer: ``"auto"``, ``"gl"`` or ``"warp"`` (module doc, "Renderer"): ``auto`` draws with
+            MuJoCo Warp's batch renderer on a ``backend="warp"`` env, with OpenGL otherwise.
     """
-    return _frames(env, camera, "rgb", width, height, render_every, shadows, reflections)
+    return _frames(env, camera, "rgb", width, height, render_every, shadows, reflections, renderer)
 
 
 def camera_depth(
-    env: BatchedEnv, camera: str | int | FreeCamera, width: int = 84, height: int = 84, render_every: int = 1
+    env: BatchedEnv,
+    camera: str | int | FreeCamera,
+    width: int = 84,
+    height: int = 84,
+    render_every: int = 1,
+    renderer: str = "auto",
 ) -> torch.Tensor:
     """Depth float32 ``[N, height, width, 1]`` in metres along the optical axis of ``camera``
     (parameters as :func:`camera_rgb`).
     """
-    return _frames(env, camera, "depth", width, height, render_every)
+    return _frames(env, camera, "depth", width, height, render_every, renderer=renderer)
 
 
 def camera_segmentation(
-    env: BatchedEnv, camera: str | int | FreeCamera, width: int = 84, height: int = 84, render_every: int = 1
+    env: BatchedEnv,
+    camera: str | int | FreeCamera,
+    width: int = 84,
+    height: int = 84,
+    render_every: int = 1,
+    renderer: str = "auto",
 ) -> torch.Tensor:
     """Geom ids int32 ``[N, height, width, 1]`` seen by ``camera``, ``-1`` where no geom is
     (parameters as :func:`camera_rgb`).
     """
-    return _frames(env, camera, "segmentation", width, height, render_every)
+    return _frames(env, camera, "segmentation", width, height, render_every, renderer=renderer)
 
 
 def pixel_task(cfg: TaskCfg, camera: str | int | FreeCamera, size: int = 84) -> TaskCfg:

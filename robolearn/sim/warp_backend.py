@@ -493,6 +493,29 @@ class WarpBackend(TensorStateViews):
         if "cfrc_ext" in state:
             self._cfrc.copy_(state["cfrc_ext"])
 
+    # -- for device-side consumers of the state (robolearn.sim.warp_render) ----------------------
+    @property
+    def warp_model(self):  # noqa: ANN201 - a mujoco_warp Model
+        """The MuJoCo Warp ``Model`` on the device (per-world fields batched ``[N, ...]``). Its
+        arrays may be replaced when a field is first written per world: read them at each use.
+        """
+        return self._m
+
+    @property
+    def warp_data(self):  # noqa: ANN201 - a mujoco_warp Data
+        """The MuJoCo Warp ``Data`` of all worlds (what the torch views share). After a step its
+        derived quantities (``geom_xpos``, ``cam_xpos`` ...) are those of the last substep's start
+        unless ``forward_after_step``; a consumer that needs them at the current state computes
+        them on its own ``Data``.
+        """
+        return self._d
+
+    def warp_scope(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which Warp launches run on this backend's device, ordered after torch's
+        pending work on the shared arrays and before torch's later work (see ``_on_device``).
+        """
+        return self._on_device()
+
     # -- one world, for rendering and inspection ---------------------------------------------
     def get_model(self, world: int) -> mujoco.MjModel:
         """A host copy of the template model carrying world ``world``'s per-world fields."""
