@@ -55,6 +55,23 @@ COMMAND_TYPES = ("float64_multi_array", "joint_trajectory")
 IMAGE_TRANSPORTS = ("raw", "compressed")
 """How a camera's frames travel: ``sensor_msgs/Image`` (``raw``) or ``sensor_msgs/CompressedImage``."""
 
+FASTDDS_SOCKET_BUFFERS_XML = """<?xml version="1.0" encoding="UTF-8" ?>
+<profiles xmlns="http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles">
+  <participant profile_name="robolearn_camera_buffers" is_default_profile="true">
+    <rtps>
+      <sendSocketBufferSize>{size}</sendSocketBufferSize>
+      <listenSocketBufferSize>{size}</listenSocketBufferSize>
+    </rtps>
+  </participant>
+</profiles>
+"""
+"""A Fast DDS profile (``str.format(size=bytes)``; the file named by ``FASTRTPS_DEFAULT_PROFILES_FILE``
+in every ROS 2 process) giving UDP sockets buffers of ``size`` bytes. Large raw frames over UDP need
+it: with ``ROS_LOCALHOST_ONLY=1`` Fast DDS sends over UDP only, and a best-effort 640x480 rgb8 frame
+(900 KiB in ~64 KiB fragments) arriving at a socket with Linux's default 208 KiB buffer loses
+fragments, and so the frame, nearly every time (1 of 50 frames arrived; with 4 MiB buffers 59 of 60,
+``benchmarks/ros_image_latency.py``). The kernel caps the size at ``net.core.rmem_max``."""
+
 
 class MalformedMessage(ValueError):
     """A message that cannot be used (field, value and expectation named)."""
