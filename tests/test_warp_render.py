@@ -33,7 +33,10 @@ QPOS = torch.tensor([[-0.6, 0.4], [0.0, 2.2], [0.8, -1.1]], dtype=torch.float64)
 
 @pytest.fixture(scope="module")
 def env() -> BatchedEnv:
-    e = BatchedEnv(cartpole_swingup_pixels_cfg(size=SIZE), N, seed=0, backend="warp")
+    cfg = cartpole_swingup_pixels_cfg(size=SIZE)
+    # On Warp's CPU device "auto" keeps OpenGL: the task asks for the Warp renderer by name.
+    cfg.observations["image"].terms["rgb"].params["renderer"] = "warp"
+    e = BatchedEnv(cfg, N, seed=0, backend="warp")
     e.reset()
     e.set_state(QPOS, torch.zeros(N, 2, dtype=torch.float64))
     return e
@@ -87,11 +90,13 @@ def test_agrees_with_the_opengl_renderer(env, warp_frames):
 def test_camera_terms_draw_with_warp_on_a_warp_env(env, warp_frames):
     obs = env.set_state(QPOS, torch.zeros(N, 2, dtype=torch.float64))
     assert torch.equal(obs["image"], warp_frames["rgb"])
-    kinds = {key[0] for key in env.__dict__["_camera_renderers"]}
-    assert kinds == {"warp"}
-    # renderer="gl" on the same env: the OpenGL frames, which differ in shading.
-    gl = camera_rgb(env, "fixed", SIZE, SIZE, renderer="gl")
-    assert gl.dtype == torch.uint8 and not torch.equal(gl, warp_frames["rgb"])
+    assert {key[0] for key in env.__dict__["_camera_renderers"]} == {"warp"}
+    # "auto" on Warp's CPU device, and "gl": the OpenGL frames, which differ in shading.
+    with BatchRenderer(env.model, SIZE, SIZE, shadows=False, reflections=False) as gl:
+        want = torch.from_numpy(gl.render(env.sim, list(range(N)), "fixed"))
+    for choice in ("auto", "gl"):
+        frames = camera_rgb(env, "fixed", SIZE, SIZE, renderer=choice)
+        assert frames.dtype == torch.uint8 and torch.equal(frames, want) and not torch.equal(frames, warp_frames["rgb"])
 
 
 def test_bad_renderer_choices_name_the_field(env):
@@ -109,3 +114,21 @@ def test_bad_renderer_choices_name_the_field(env):
         WarpBatchRenderer(plain.sim, "fixed", 8, 8)
     with pytest.raises(ValueError, match="modes"):
         WarpBatchRenderer(env.sim, "fixed", 8, 8, modes=("rgb", "normals"))
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_frames_stay_on_the_device_and_match_the_cpu_device(warp_frames):
+    """On CUDA (skipped without it, tests/conftest.py): the camera term picks the Warp renderer by
+    itself ("auto"), the frames are CUDA tensors and show what Warp's CPU device draws for the same state."""
+    env = BatchedEnv(cartpole_swingup_pixels_cfg(size=SIZE), N, seed=0, backend="warp", device="cuda")
+    env.reset()
+    obs = env.set_state(QPOS.cuda(), torch.zeros(N, 2, dtype=torch.float64, device="cuda"))
+    assert obs["image"].device.type == "cuda" and obs["image"].dtype == torch.uint8
+    with WarpBatchRenderer(env.sim, "fixed", SIZE, SIZE, modes=("rgb", "segmentation")) as r:
+        out = r.render()
+        assert out["rgb"].device.type == "cuda"
+        assert torch.equal(out["segmentation"].cpu(), warp_frames["segmentation"])
+        diff = (out["rgb"].cpu().to(torch.int16) - warp_frames["rgb"].to(torch.int16)).abs().float().mean()
+        assert diff < 2.0, diff  # fast-math shading on the GPU rounds differently from the CPU device
+        assert torch.equal(obs["image"], out["rgb"])
+    assert {key[0] for key in env.__dict__["_camera_renderers"]} == {"warp"}

@@ -26,11 +26,13 @@ lighting setting serves every camera and mode of an env: each call draws only th
 due, one after another into that context.
 
 Renderer. ``renderer="auto"`` (the default) draws with OpenGL, except on an env with
-``backend="warp"``: there a model camera is drawn by MuJoCo Warp's batch ray tracer
-(:class:`~robolearn.sim.warp_render.WarpBatchRenderer`, one per camera, size, lighting and mode),
-every world in one call on the backend's device, the frames staying there (no host copy); a
+``backend="warp"`` on a CUDA device: there a model camera is drawn by MuJoCo Warp's batch ray
+tracer (:class:`~robolearn.sim.warp_render.WarpBatchRenderer`, one per camera, size, lighting and
+mode), every world in one call on the GPU, the frames staying there (no host copy); a
 :class:`~robolearn.sim.render.FreeCamera`, the free camera ``-1`` and ``reflections=True`` (which
-Warp does not draw) stay on OpenGL. ``"gl"`` and ``"warp"`` force one. The two renderers agree on
+Warp does not draw) stay on OpenGL. On Warp's CPU device ``auto`` keeps OpenGL (the ray tracer is
+no faster there, ``benchmarks/render_throughput.py --warp --warp-cpu``, and the frames then match
+the MuJoCo backend's byte for byte). ``"gl"`` and ``"warp"`` force one. The two renderers agree on
 geometry, not on shading (``robolearn.sim.warp_render``): a policy learnt on one should be checked
 on the other.
 
@@ -191,7 +193,8 @@ def _use_warp(env: BatchedEnv, camera: object, renderer: str, reflections: bool)
         if reflections:
             raise ValueError("reflections: the Warp renderer draws none; use renderer='gl' or reflections=False")
         return True
-    return warp and not reflections and isinstance(camera, (str, int, np.integer)) and not isinstance(camera, bool) and camera != -1
+    model_camera = isinstance(camera, (str, int, np.integer)) and not isinstance(camera, bool) and camera != -1
+    return warp and env.sim.device.type == "cuda" and not reflections and model_camera
 
 
 def close_cameras(env: BatchedEnv) -> None:
