@@ -186,6 +186,8 @@ def test_replay_stores_uint8_images(replay):
         assert agent.replay.written.tolist() == [2, 2, 2, 2]  # each world's first frame and its next frame
         got = agent.replay.gather(torch.arange(4), torch.zeros(4, dtype=torch.long))
         assert got.obs["image"].dtype == torch.uint8
+        with pytest.raises(ValueError, match=r"image: the replay holds frames \[4, 32, 32, 3\] per step, got \[2, 32, 32, 3\]"):
+            agent.replay.write_frames(frames["image"][:2], nxt["image"][:2], b.terminated[:2])
     assert torch.equal(got.obs["image"], frames["image"].repeat(1, 1, 1, K))  # first frame three times
     assert torch.equal(got.next_obs["image"][..., -3:], nxt["image"])  # the next frame joins at the end
     assert torch.equal(got.next_obs["image"][..., :6], frames["image"].repeat(1, 1, 1, 2))

@@ -63,7 +63,9 @@ class DrQV2Config:
     std_clip: float = 0.3
     """Clip of the Gaussian noise on the actions of the actor loss and of the target (target smoothing)."""
     learning_starts: int = 4000
-    """Stored transitions before updates begin; until then ``act`` returns uniform random actions."""
+    """Stored transitions before updates begin; until then ``act`` returns uniform random actions. (The
+    frame replay counts a transition once its n-step window can no longer change, ``n_step - 1``
+    steps after it started.)"""
     update_every: int = 2
     """One gradient step every ``update_every`` calls of :meth:`DrQV2.update` without a batch (the paper: every 2 agent steps)."""
     actor_obs_group: str = "image"
