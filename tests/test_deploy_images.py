@@ -13,6 +13,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,25 @@ def test_runtime_acts_as_the_agent_on_the_envs_observations(drq: tuple, fmt: str
     theirs = np.stack(theirs)
     assert np.abs(theirs[1:] - theirs[:-1]).max() > 1e-4  # the actions do move with the frames
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+def test_real_time_robot_renders_its_camera_in_its_stepping_thread(drq: tuple) -> None:
+    """The real-time world steps (and renders) in its own thread; the loop sees fresh frames."""
+    _, out, _ = drq
+    robot = _robot(realtime=True)
+    runtime = DeployRuntime(load_exported(out), robot, SafetyConfig(ramp_s=0.0, stale_timeout_s=1.0,
+                                                                    camera_stale_timeout_s=1.0))  # fmt: skip
+    with robot:
+        first = robot.read().images["fixed"].stamp
+        # The thread's first render makes its OpenGL context (slow on a loaded machine): wait for it.
+        for _ in range(400):
+            if robot.read().images["fixed"].stamp > first:
+                break
+            time.sleep(0.05)
+        runtime.run(steps=30)
+        last = robot.read().images["fixed"]
+    assert robot.steps > 0 and last.stamp > first and last.image.shape == (SIZE, SIZE, 3)
+    assert runtime.safety.counts["stale_camera"] == 0 and sum(runtime.telemetry.scalars["policy_active"]) > 0
 
 
 # -- frame stacks and discontinuities ------------------------------------------------------------------

@@ -48,7 +48,7 @@ import mujoco
 import numpy as np
 import torch
 
-from robolearn.envs.camera import camera_rgb
+from robolearn.envs.camera import camera_rgb, close_cameras
 from robolearn.envs.registry import make
 from robolearn.sim2real.robots.base import (
     CameraFeature,
@@ -239,6 +239,9 @@ class SimulatedRobot(Robot):
         self._armed = not (self.realtime and self.start_on_command)
         if self.realtime:
             self._stop.clear()
+            # An OpenGL context is current in one thread at a time: the stepping thread renders the
+            # camera terms from now on, in contexts of its own (made at its first render).
+            close_cameras(self.env)
             self._thread = threading.Thread(target=self._run, name=f"sim-robot-{self.task_id}", daemon=True)
             self._thread.start()
 
@@ -371,6 +374,14 @@ class SimulatedRobot(Robot):
 
     def _run(self) -> None:
         """The real-time loop: one control step per period on the monotonic clock, no drift."""
+        try:
+            self._loop()
+        finally:
+            # The contexts are current in this thread: freed here, so another thread can render again.
+            close_cameras(self.env)
+
+    def _loop(self) -> None:
+        """:meth:`_run`'s ticks."""
         period = self.env.dt
         start = time.monotonic()
         tick = 0
