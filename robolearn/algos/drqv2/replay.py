@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-from robolearn.nn.vision import stack_frames
 from robolearn.types import Batch
 
 _RAND_BITS = 31
@@ -245,15 +244,22 @@ class FrameReplay:
         world = world.to(self.device)
         pos = step.to(self.device) % self.per_world
         idx = torch.cat([s["obs"][self.group][world, pos], s["next_obs"][self.group][world, pos]], dim=1)  # [B, 2k]
-        flat = (world.unsqueeze(1) * self.frames_per_world + idx % self.frames_per_world).reshape(-1)
-        images = self.frames.flatten(0, 1).index_select(0, flat).view(world.shape[0], 2 * self.k, *self.frames.shape[2:])
+        flat = world.unsqueeze(1) * self.frames_per_world + idx % self.frames_per_world
+        frames = self.frames.flatten(0, 1)
+        b, (h, w, c) = world.shape[0], self.frames.shape[2:]
+        # Each frame is copied straight to its channels of the stacked layout (frame j at channels
+        # j*C..(j+1)*C-1, oldest first, as stack_frames lays them out): one pass over the bytes, where
+        # gathering [B, k, H, W, C] first and permuting after costs a second, slow strided copy.
+        images = torch.empty((2, b, h, w, self.k, c), dtype=torch.uint8, device=self.device)
+        for j in range(2 * self.k):
+            images[j // self.k, :, :, :, j % self.k] = frames.index_select(0, flat[:, j])
         obs = {g: v[world, pos] for g, v in s["obs"].items() if g != self.group}
         next_obs = {g: v[world, pos] for g, v in s["next_obs"].items() if g != self.group}
         return Batch(
-            obs={self.group: stack_frames(images[:, : self.k]), **obs},
+            obs={self.group: images[0].view(b, h, w, self.k * c), **obs},
             action=s["action"][world, pos],
             reward=s["reward"][world, pos],
-            next_obs={self.group: stack_frames(images[:, self.k :]), **next_obs},
+            next_obs={self.group: images[1].view(b, h, w, self.k * c), **next_obs},
             terminated=s["terminated"][world, pos],
             truncated=s["truncated"][world, pos],
             extras={k: v[world, pos] for k, v in s["extras"].items()},
