@@ -639,10 +639,14 @@ def start_robot(args: argparse.Namespace,
 # -- a robot behind topics, whatever the ROS client -------------------------------------------
 class TopicRobot(Robot):
     """What a robot behind the bridge's topics is without its ROS client: the newest good reading
-    (with the newest Twist as an extra), malformed input counted and logged (throttled) and dropped,
-    commands checked before they are published. ``Ros1Robot`` and ``Ros2Robot`` add the client:
+    (with the newest Twist as an extra, and the newest good frame of each declared camera in
+    ``Reading.images``), malformed input counted and logged (throttled) and dropped, commands checked
+    before they are published. ``Ros1Robot`` and ``Ros2Robot`` add the client:
     ``connect``/``disconnect``, :meth:`_publish` and :meth:`_command_subscribers`, and callbacks
-    that hand a message's fields to :meth:`_accept_joint_state` / :meth:`_accept_twist`.
+    that hand a message's fields to :meth:`_accept_joint_state` / :meth:`_accept_twist` and a camera's
+    messages (subscribed per :meth:`_camera_subscriptions`) to :meth:`_accept_image`. A frame is
+    converted and checked in the client's receive thread, outside the lock; only the swap of the
+    newest frame holds it, as for the joint states.
     """
 
     def __init__(self, features: RobotFeatures, topics: Topics | None, log_every_s: float, logger: logging.Logger) -> None:

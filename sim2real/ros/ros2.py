@@ -21,10 +21,10 @@ megabyte frame and queue the next behind them, so the policy would see old frame
 camera drivers publish best effort (rclcpp's ``SensorDataQoS``), which a reliable reader would not
 match at all; a best-effort reader matches reliable writers too. Depth 1: only the newest frame is
 worth reading. A node publishing frames uses the same profile. Frames larger than a UDP socket's
-buffer (640x480 rgb8 is 900 KiB; Linux's default buffer 208 KiB) are lost over Fast DDS's UDP
-transport, the only one with ``ROS_LOCALHOST_ONLY=1``: give the processes larger buffers with the
-profile :data:`~robolearn.sim2real.ros.common.FASTDDS_SOCKET_BUFFERS_XML` (``FASTRTPS_DEFAULT_PROFILES_FILE``),
-or send such frames as ``CompressedImage``.
+buffer (640x480 rgb8 is 900 KiB; Linux's default buffer 208 KiB) are mostly lost over Fast DDS:
+give the processes larger buffers with the profile
+:data:`~robolearn.sim2real.ros.common.FASTDDS_SOCKET_BUFFERS_XML` (its doc says how and when it
+applies), or send such frames as ``CompressedImage``.
 
 rclpy comes from the ROS 2 venv (``.venv-ros2``, ``scripts/setup.sh``) and, on a shared machine,
 runs only inside ``unshare -n`` (loopback only): the tests and benchmarks do exactly that.
