@@ -215,6 +215,8 @@ def deploy_command(argv: list[str]) -> int:
             if isinstance(value, dict):
                 for sub, v in value.items():
                     print(f"  {name}.{sub}={v}")
+                if not value:  # a mapping setting (camera, overrides): empty by default
+                    print(f"  {name}.<key>=<value>  (none)")
             else:
                 print(f"  {name}={'null' if value is None or name == 'policy' else value}")
         return 0
