@@ -30,7 +30,7 @@ from robolearn.sim2real.deploy.images import ImageAdapter
 from robolearn.sim2real.deploy.policy import load_exported
 from robolearn.sim2real.deploy.runtime import DeployMismatch, DeployRuntime, check_robot
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig, SafetyConfigError
-from robolearn.sim2real.robots.base import CameraFeature, CameraFrame, Reading, Robot
+from robolearn.sim2real.robots.base import CameraFeature, CameraFrame, Reading, Robot, RobotFeatures
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
 from robolearn.spec import PolicySpec
 from robolearn.spec.manifest import ImageInputSpec
@@ -157,6 +157,54 @@ def test_runtime_acts_as_the_agent_on_the_envs_observations(drq: tuple, fmt: str
     theirs = np.stack(theirs)
     assert np.abs(theirs[1:] - theirs[:-1]).max() > 1e-4  # the actions do move with the frames
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(("task", "camera"), [(TASK, "fixed"), ("Reacher-Pixels", "rgb")])
+def test_simulated_robot_declares_and_delivers_its_pixel_tasks_camera(task: str, camera: str) -> None:
+    """An MJCF camera is named by its name, a free camera (Reacher's top-down view) by its term's;
+    each reading's frame is the env's observation of that state, stamped with the reading.
+    """
+    robot = SimulatedRobot(task, overrides=dict(SMALL_IMAGES))
+    rate = robot.features.rate_hz
+    assert robot.features.cameras == {camera: CameraFeature(SIZE, SIZE, "rgb8", rate)}
+    again = RobotFeatures.from_dict(json.loads(json.dumps(robot.features.to_dict())))
+    assert again.cameras == robot.features.cameras
+    with robot:
+        for _ in range(3):
+            reading = robot.read()
+            frame = reading.images[camera]
+            assert frame.stamp == reading.stamp and frame.image.dtype == np.uint8
+            np.testing.assert_array_equal(frame.image, robot.env.obs["image"][0].numpy())
+            robot.send(np.full(len(robot.features.command_joints), 0.5 * max(robot.features.effort_limits)))
+        assert robot.read().images[camera].stamp > 0
+
+
+def test_runtime_stacks_as_the_env_stacks_an_image_group(tmp_path: Path) -> None:
+    """A policy trained on the env's own frame stack (``history_length=3`` on the image group): the
+    runtime's stack is the robot's env observation, byte for byte, step by step (both start at the
+    same first frame), and so are the actions.
+    """
+    stacked = {**SMALL_IMAGES, "observations__image__history_length": K}
+    robot = SimulatedRobot(TASK, overrides=stacked, seed=1)
+    env = robot.env
+    agent = DrQV2(env.obs_dims, env.action_dim, DrQV2Config(**{**TINY, "frame_stack": 1, "image_channels": 3 * K}),
+                  action_low=env.ctrl_low, action_high=env.ctrl_high, seed=5)  # fmt: skip
+    image = image_input_of(agent.encoder)  # 9 channels of RGB: 3 frames, as the group's history_length
+    assert image.frames == K and image.shape == (SIZE, SIZE, 3 * K)
+    export_image_policy(agent.policy_module(), env.policy_spec(), tmp_path, ("onnx",), images=[image], obs_groups=(),
+                        parity_samples=4)  # fmt: skip
+    runtime = DeployRuntime(load_exported(tmp_path), robot, SafetyConfig(ramp_s=0.0), clock=robot.clock)
+    runtime.policy = rec = Recording(runtime.policy)
+    want = []
+    with robot:
+        for _ in range(6):
+            obs = env.obs["image"]
+            with torch.no_grad():
+                want.append(agent.actor(obs)[0].numpy())
+            assert runtime.step() == 0
+            np.testing.assert_array_equal(rec.fed[-1], obs[0].numpy())
+    assert robot.resets == 0 and not np.array_equal(rec.fed[0], rec.fed[-1])
+    np.testing.assert_allclose(np.stack(runtime.telemetry.actions), np.stack(want), rtol=0, atol=1e-5)
 
 
 def test_real_time_robot_renders_its_camera_in_its_stepping_thread(drq: tuple) -> None:
