@@ -11,8 +11,11 @@ rendered with :class:`~robolearn.sim.render.BatchRenderer` by worker processes s
 * ``fresh ctx``: one worker that creates a new ``BatchRenderer`` (context, scene, GPU/CPU buffers) for
   every batch and closes it after, against ``1 proc`` (one context reused for every batch).
 
-Figures are rendered frames/s (worlds x batches / wall time), the best of ``--repeats`` trials. The
-configurations are measured side by side: trial ``k`` of every configuration runs before trial
+Figures are rendered frames/s (worlds x batches / wall time), the best of ``--repeats`` trials, and
+frames per CPU-second (the workers' own process time, their GL threads included): on a machine
+shared with other jobs the wall-clock ratio also measures the scheduler's fair share (two processes
+get about twice the CPU of one against the same background load), while frames per CPU-second
+says whether splitting the worlds costs extra work. The configurations are measured side by side: trial ``k`` of every configuration runs before trial
 ``k + 1`` of any, so slow phases of a loaded machine fall on all of them alike, and the ratios
 (``2 procs / 1 proc``, ``fresh / reused``) are taken within one run. llvmpipe itself rasterises with
 ``LP_NUM_THREADS`` threads (default: one per core), so one process already uses several cores;
@@ -37,7 +40,8 @@ from typing import Any
 
 def _worker(conn: Connection, size: int, worlds: int, lp_threads: int | None) -> None:
     """Render ``worlds`` worlds at ``size`` on request: ``("reuse", batches)`` with one context,
-    ``("fresh", batches)`` with a new context per batch; answers the seconds taken."""
+    ``("fresh", batches)`` with a new context per batch; answers the wall and CPU seconds taken.
+    """
     if lp_threads is not None:
         os.environ["LP_NUM_THREADS"] = str(lp_threads)  # before the GL library is loaded
     import torch
@@ -59,14 +63,14 @@ def _worker(conn: Connection, size: int, worlds: int, lp_threads: int | None) ->
         if msg is None:
             break
         mode, batches = msg
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(batches):
             if mode == "reuse":
                 renderer.render(env.sim, ids, "fixed")
             else:
                 with BatchRenderer(env.model, size, size, shadows=False, reflections=False) as fresh:
                     fresh.render(env.sim, ids, "fixed")
-        conn.send(time.perf_counter() - t0)
+        conn.send((time.perf_counter() - t0, time.process_time() - c0))
     renderer.close()
     env.close()
 
@@ -87,14 +91,16 @@ class _Pool:
                 raise RuntimeError("render worker failed to start")
         self.worlds = sum(shares)
 
-    def run(self, mode: str, batches: int) -> float:
-        """Frames/s of ``batches`` batches rendered by every worker at once (wall time of the slowest)."""
+    def run(self, mode: str, batches: int) -> tuple[float, float]:
+        """Frames/s of ``batches`` batches rendered by every worker at once (wall time of the slowest),
+        and frames per CPU-second of the workers together.
+        """
         t0 = time.perf_counter()
         for conn in self.conns:
             conn.send((mode, batches))
-        for conn in self.conns:
-            conn.recv()
-        return self.worlds * batches / (time.perf_counter() - t0)
+        cpu = sum(conn.recv()[1] for conn in self.conns)
+        frames = self.worlds * batches
+        return frames / (time.perf_counter() - t0), frames / cpu
 
     def close(self) -> None:
         for conn in self.conns:
@@ -108,16 +114,19 @@ def measure(size: int, worlds: int, batches: int, fresh_batches: int, repeats: i
     ctx = mp.get_context("spawn")
     one = _Pool(ctx, size, [worlds], lp_threads)
     two = _Pool(ctx, size, [worlds // 2, worlds - worlds // 2], lp_threads)
-    best = {"one_proc": 0.0, "two_procs": 0.0, "fresh_ctx": 0.0}
+    best = dict.fromkeys(("one_proc", "two_procs", "fresh_ctx", "one_proc_cpu", "two_procs_cpu", "fresh_ctx_cpu"), 0.0)
     try:
         for _ in range(repeats):
-            best["one_proc"] = max(best["one_proc"], one.run("reuse", batches))
-            best["two_procs"] = max(best["two_procs"], two.run("reuse", batches))
-            best["fresh_ctx"] = max(best["fresh_ctx"], one.run("fresh", fresh_batches))
+            for key, pool, mode, n in (("one_proc", one, "reuse", batches), ("two_procs", two, "reuse", batches),
+                                       ("fresh_ctx", one, "fresh", fresh_batches)):  # fmt: skip
+                wall, cpu = pool.run(mode, n)
+                best[key] = max(best[key], wall)
+                best[f"{key}_cpu"] = max(best[f"{key}_cpu"], cpu)
     finally:
         one.close()
         two.close()
     best["two_over_one"] = best["two_procs"] / best["one_proc"]
+    best["two_over_one_cpu"] = best["two_procs_cpu"] / best["one_proc_cpu"]
     best["fresh_over_reuse"] = best["fresh_ctx"] / best["one_proc"]
     return best
 
@@ -145,11 +154,13 @@ def main() -> None:
     lp = os.environ.get("LP_NUM_THREADS") if args.lp_threads is None else str(args.lp_threads)
     print(f"\nframes/s, MUJOCO_GL={backend}, LP_NUM_THREADS={lp or 'default'}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}\n")
-    print("| size | worlds | 1 proc | 2 procs | 2 procs / 1 proc | fresh ctx per batch | fresh / reused |")
-    print("|---|---|---|---|---|---|---|")
+    print("| size | worlds | 1 proc | 2 procs | 2 / 1 | 1 proc /CPU-s | 2 procs /CPU-s | 2 / 1 per CPU-s "
+          "| fresh ctx per batch | fresh / reused |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['size']} | {row['worlds']} | {row['one_proc']:.0f} | {row['two_procs']:.0f} | "
-              f"{row['two_over_one']:.2f} | {row['fresh_ctx']:.0f} | {row['fresh_over_reuse']:.2f} |")
+              f"{row['two_over_one']:.2f} | {row['one_proc_cpu']:.0f} | {row['two_procs_cpu']:.0f} | "
+              f"{row['two_over_one_cpu']:.2f} | {row['fresh_ctx']:.0f} | {row['fresh_over_reuse']:.2f} |")
     if args.json is not None:
         meta = {"gl_backend": backend, "lp_num_threads": lp, "cpu_count": os.cpu_count(), "load_avg": os.getloadavg(),
                 "batches": args.batches, "fresh_batches": args.fresh_batches, "repeats": args.repeats}
