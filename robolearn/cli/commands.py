@@ -419,10 +419,13 @@ def _video(env: Any, cfg: EvalConfig) -> VideoSpec | None:
 
 # -- export -----------------------------------------------------------------------------------
 def export_command(overrides: list[str]) -> int:
-    """Export a run's deterministic policy (normalisation folded in) with its manifest; a chunked
-    generative learner's sampler (``sampler_module``) with its noise as an input.
+    """Export a run's deterministic policy (normalisation folded in) with its manifest: through the
+    exporter that fits it (:func:`robolearn.cli.export.export_run`: a chunked generative learner's
+    sampler with its noise as an input, an image policy with the camera's bytes as inputs, else
+    ``obs -> action``).
     """
-    from robolearn.export import FORMATS, export_generative, export_policy
+    from robolearn.cli.export import export_run
+    from robolearn.export import FORMATS, ExportError
 
     cfg = to_dataclass(ExportConfig, _with_run(compose_config("export", overrides)))
     for name in ("onnxscript", "onnx_ir", "torch.onnx"):  # chatty INFO lines of the ONNX exporter
@@ -432,16 +435,9 @@ def export_command(overrides: list[str]) -> int:
         raise FileNotFoundError(f"{Path(cfg.run) / 'policy_spec.json'} does not exist")
     out = Path(cfg.out) if cfg.out else Path(cfg.run) / "export"
     formats = FORMATS if cfg.format == "all" else (cfg.format,)
-    steps, one_step = cfg.sampler_steps, cfg.one_step
     try:
-        if callable(getattr(policy.agent, "sampler_module", None)):
-            manifest = export_generative(policy.agent, policy.spec, out, formats, sampler_steps=steps, one_step=one_step,
-                                         obs_group=policy.agent.actor_group)
-        elif steps is not None or one_step:
-            raise ValueError("sampler_steps/one_step: only a chunked generative policy (algo=flow|diffusion) has a sampler")
-        else:
-            manifest = export_policy(policy.module(), policy.spec, out, formats, obs_group=policy.agent.actor_group)
-    except ValueError as exc:
+        manifest = export_run(policy, out, formats, sampler_steps=cfg.sampler_steps, one_step=cfg.one_step)
+    except (ValueError, ExportError) as exc:  # one line, not a traceback: the message names the field
         raise ConfigError(str(exc)) from exc
     rows = [
         [fmt, str(out / info["path"]), f"{info['parity_max_abs_err']:.2e}"] for fmt, info in manifest["files"].items()

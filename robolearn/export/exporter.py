@@ -353,6 +353,15 @@ def export_policy(
     for group in groups:
         if group not in spec.observations:
             raise ValueError(f"{field_name}: the spec has no group {group!r}; groups: {', '.join(spec.observations)}")
+    pixels = image_groups(spec, groups)
+    if pixels:
+        # A flat obs row would feed camera bytes as floats, without the declared stacking and layout.
+        g = pixels[0]
+        raise ValueError(
+            f"{field_name}: {g!r} is an image group (policy_spec.observations.{g}.shape "
+            f"{list(spec.observations[g].shape)}, one camera frame); export the policy with "
+            "robolearn.export.export_image_policy (`robolearn export run=` chooses it)"
+        )
     obs_dim = sum(math.prod(spec.observations[g].shape) for g in groups)
     out = Path(out_dir)
     policy = policy.eval()
@@ -390,6 +399,14 @@ def export_policy(
     manifest = ExportManifest(spec, groups[0], files, parity_samples, obs_groups=groups).to_dict()
     _atomic_write_bytes(out / "manifest.json", json.dumps(manifest, indent=2).encode())
     return manifest
+
+
+def image_groups(spec: PolicySpec, groups: Sequence[str]) -> tuple[str, ...]:
+    """The image groups among ``groups`` (in order): those of ``spec`` shaped like one camera frame
+    ``[H, W, C]`` rather than a flat vector; a policy reading one exports with its bytes as an input
+    (:func:`robolearn.export.export_image_policy`). A group ``spec`` lacks is no image group.
+    """
+    return tuple(g for g in groups if g in spec.observations and len(spec.observations[g].shape) == 3)
 
 
 def input_groups(policy: nn.Module, obs_group: str | None = None) -> tuple[str, ...]:
