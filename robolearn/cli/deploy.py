@@ -10,7 +10,8 @@ Robots:
 
 * ``sim``: the policy's own task as a simulated robot (``task=`` for another; ``overrides.<key>=<value>``
   for task-config overrides, ``robolearn.make``'s keywords such as
-  ``overrides.observations__image__terms__rgb__params__width=32``), real time by default
+  ``overrides.observations__image__terms__rgb__params__width=32``; with ``run=``, the run's own
+  ``task_overrides`` but its ``episode_length`` come first), real time by default
   (``realtime=false`` steps it as fast as the loop runs, for a quick check);
 * ``ros1`` / ``ros2``: the ROS policy node of :mod:`robolearn.sim2real.ros` on the topics under
   ``namespace=``, for the robot described by ``features=<file.json|yaml>``. ROS 2 runs in the
@@ -181,6 +182,26 @@ def policy_folder(cfg: DeployConfig) -> Path:
     return folder
 
 
+def run_overrides(cfg: DeployConfig) -> dict[str, Any]:
+    """The task overrides the run trained with (its ``config.json``), as ``robolearn.make`` keywords,
+    for the simulated robot of ``run=`` on the run's own task: its camera size, decimation (control
+    rate) and the rest are the policy's. Not its ``episode_length`` (the robot runs until stopped);
+    empty for ``policy=`` or ``task=``; ``overrides.*`` win over them.
+    """
+    if cfg.run is None or cfg.task is not None:
+        return {}
+    from robolearn.cli.build import flatten_overrides
+
+    try:
+        config = json.loads((Path(cfg.run) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}  # the export already read the run; a run without a readable config trained on the plain task
+    task_overrides = config.get("task_overrides") if isinstance(config, dict) else None
+    if not isinstance(task_overrides, dict):
+        return {}
+    return {k: v for k, v in flatten_overrides(task_overrides).items() if k != "episode_length"}
+
+
 def safety_config(cfg: DeployConfig) -> Any:
     """The runtime's :class:`SafetyConfig` from ``safety.*``."""
     from robolearn.sim2real.deploy.safety import SafetyConfig
@@ -243,7 +264,8 @@ def _deploy_sim(cfg: DeployConfig, folder: Path, safety: Any, out: Path) -> int:
 
     policy = load_exported(folder, cfg.format)
     task = cfg.task or policy.manifest.spec.task_id
-    robot = SimulatedRobot(task, seed=cfg.seed, realtime=cfg.realtime, overrides=dict(cfg.overrides) or None)
+    overrides = {**run_overrides(cfg), **cfg.overrides}
+    robot = SimulatedRobot(task, seed=cfg.seed, realtime=cfg.realtime, overrides=overrides or None)
     # Lockstep: the runtime counts simulated seconds (ramps, timeouts), as the robot does.
     runtime = DeployRuntime(policy, robot, safety, rate_hz=cfg.rate, clock=robot.clock, seed=cfg.sampler_seed,
                             noise=cfg.sampler_noise, cameras=dict(cfg.camera) or None)
