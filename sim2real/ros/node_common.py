@@ -36,7 +36,6 @@ import yaml
 from robolearn.sim2real.deploy.runtime import DeployRuntime
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig
 from robolearn.sim2real.robots.base import (
-    CameraFeature,
     CameraFrame,
     Reading,
     Robot,
@@ -551,75 +550,32 @@ class RobotNode:
 
 
 class SimCameras:
-    """The cameras of a simulated robot's pixel task: the terms of its ``image`` observation group
-    that give ``uint8`` colour or gray frames, named by the term's ``camera`` parameter when it is a
-    name (``fixed`` for Cartpole-Swingup-Pixels), else by the term's name.
-
-    The frames are the task's own: the env renders them in every step (from the stepping thread),
-    and a term called again for the same state returns the held frame without drawing it again, so
-    publishing costs a copy. A robot that fills ``Reading.images`` itself is published as it is.
+    """The cameras a simulated robot node publishes: those its robot declares (a pixel task's camera
+    terms, :class:`~robolearn.sim2real.robots.sim_robot.SimulatedRobot`: Cartpole-Swingup-Pixels'
+    ``fixed``), whose frames every reading carries (rendered by the task's own term in the stepping
+    thread), published every ``every`` ticks.
     """
 
     def __init__(self, robot: SimulatedRobot, every: int = 1) -> None:
-        """Find the camera terms of ``robot``'s task (``SystemExit`` naming the task when it has none)."""
+        """The cameras of ``robot`` (``SystemExit`` naming the task when it has none)."""
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise SystemExit(f"--image-every: expected an integer >= 1, got {every!r}")
-        self.env = robot.env
+        if not robot.features.cameras:
+            raise SystemExit(f"--images: task {robot.task_id!r} has no camera; use a pixel task such as "
+                             "Cartpole-Swingup-Pixels")
         self.every = every
         """Publish every this many ticks."""
-        group = robot.env.cfg.observations.get("image")
-        self.terms: dict[str, Any] = {}
-        cameras = dict(robot.features.cameras)
-        for term_name, term in (group.terms.items() if group is not None else ()):
-            # Named as the deploy runtime looks a policy's camera up (and SimulatedRobot declares
-            # it): the term's MJCF camera name, else the term's name.
-            camera = (term.params or {}).get("camera")
-            name = camera if isinstance(camera, str) and camera else term_name
-            frame = self._render(term)
-            if frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] in (1, 3):
-                self.terms[name] = term
-                cameras.setdefault(name, CameraFeature(int(frame.shape[0]), int(frame.shape[1]),
-                                                       "rgb8" if frame.shape[2] == 3 else "mono8",
-                                                       robot.features.rate_hz / every))
-        if not cameras:
-            raise SystemExit(f"--images: task {robot.task_id!r} has no camera (no uint8 term in an 'image' "
-                             "observation group); use a pixel task such as Cartpole-Swingup-Pixels")
+        cameras = {name: replace(c, rate_hz=None if c.rate_hz is None else c.rate_hz / every)
+                   for name, c in robot.features.cameras.items()}
         self.features: RobotFeatures = replace(robot.features, cameras=cameras)
-        """The robot's features with its cameras declared."""
-
-    def _render(self, term: Any) -> np.ndarray:
-        """World 0's frame of an observation term as NumPy."""
-        value = term.func(self.env, **term.params)
-        return np.asarray(value[0].cpu().numpy() if hasattr(value, "cpu") else value[0])
+        """The robot's features, the cameras' rates those of the published frames."""
 
     def frames(self, reading: Reading) -> dict[str, np.ndarray]:
-        """The current frame of every camera: ``reading``'s own where the robot fills them."""
-        out = {name: frame.image for name, frame in reading.images.items() if name in self.features.cameras}
-        for name, term in self.terms.items():
-            if name not in out:
-                out[name] = self._render(term)
-        return out
+        """The frame of every camera in ``reading``."""
+        return {name: frame.image for name, frame in reading.images.items()}
 
 
-def release_gl_context(logger: logging.Logger) -> None:
-    """Let another thread render: with EGL a context is current in one thread at a time, and the
-    env made its renderer's context current in this (the main) thread when it reset, while the
-    real-time robot steps, and so renders, in its own thread. Nothing to do for other backends.
-    """
-    if os.environ.get("MUJOCO_GL") != "egl":
-        return
-    try:
-        from OpenGL import EGL
-
-        display = EGL.eglGetCurrentDisplay()
-        if display and display != EGL.EGL_NO_DISPLAY:
-            EGL.eglMakeCurrent(display, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
-    except Exception as exc:  # PyOpenGL errors come in many types; the stepping thread will say more
-        logger.warning("could not release the EGL context of the main thread: %s", exc)
-
-
-def start_robot(args: argparse.Namespace,
-                logger: logging.Logger | None = None) -> tuple[SimulatedRobot, RobotFeatures, SimCameras | None]:
+def start_robot(args: argparse.Namespace) -> tuple[SimulatedRobot, RobotFeatures, SimCameras | None]:
     """The node's simulated robot from its flags (real time), the features the node declares
     (written when asked: cameras only with ``--images``, as only then are frames published) and,
     with ``--images``, its cameras.
@@ -628,8 +584,6 @@ def start_robot(args: argparse.Namespace,
                            hold_kd=args.hold_kd, overrides=parse_overrides(args.override),
                            start_on_command=args.wait_for_policy > 0)
     cameras = SimCameras(robot, args.image_every) if getattr(args, "images", False) else None
-    # A pixel task renders in every step, from the stepping thread: whether or not frames are published.
-    release_gl_context(logger or logging.getLogger(__name__))
     features = cameras.features if cameras is not None else replace(robot.features, cameras={})
     if args.features_out:
         write_text_atomic(args.features_out, json.dumps(features.to_dict(), indent=2))

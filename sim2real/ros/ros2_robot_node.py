@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from robolearn.sim2real.ros import ros2
 
-    robot, features, cameras = start_robot(args, log)
+    robot, features, cameras = start_robot(args)
     topics = Topics(namespace=args.namespace, command_type=args.command_type,
                     image_transport={c: args.image_transport for c in features.cameras} if cameras else {})
     compressed = args.image_transport == "compressed"
