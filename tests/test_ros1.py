@@ -1190,3 +1190,53 @@ def test_ros1_robot_node_publishes_the_pixel_task_camera_end_to_end(ros: RosEnv,
         assert robot.rejected_images.count == 0
     finally:
         proc.stop()
+
+
+@pytest.mark.slow
+def test_ros1_policy_node_drives_the_pixel_robot_node_through_its_camera(ros: RosEnv, tmp_path: Path) -> None:
+    """The whole loop on images: the robot node (Cartpole-Swingup-Pixels at 32x32, ``--images``)
+    publishes joint states and frames, the policy node runs a tiny DrQ-v2 actor exported with its
+    image input (``--robot from-params``: the camera ``fixed`` comes with the features): it runs,
+    its status counts the frames it took and no refused one, and few steps held for a stale camera."""
+    import robolearn
+    from robolearn.algos.drqv2 import DrQV2, DrQV2Config
+    from robolearn.export.vision import export_image_policy, image_input_of
+
+    size = {"observations__image__terms__rgb__params__width": 32, "observations__image__terms__rgb__params__height": 32}
+    env = robolearn.make("Cartpole-Swingup-Pixels", 1, seed=0, **size)
+    agent = DrQV2(env.obs_dims, env.action_dim, DrQV2Config(batch_size=16, buffer_size=200, feature_dim=8, hidden_dim=16,
+                                                            cnn_channels=4, frame_stack=3),
+                  action_low=env.ctrl_low, action_high=env.ctrl_high, seed=4)
+    export = tmp_path / "drq"
+    export_image_policy(agent.policy_module(), env.policy_spec(), export, ("onnx",), images=[image_input_of(agent.encoder)],
+                        obs_groups=(), parity_samples=2)
+    topics = Topics(namespace="/rl_pxp")
+    probe = Probe(topics)
+    summary = tmp_path / "summary.json"
+    procs: list[Process] = []
+    try:
+        procs.append(node("ros1_robot_node", "robot_pxp", [
+            "--task", "Cartpole-Swingup-Pixels", "--namespace", topics.namespace, "--images", "--wait-for-policy", "60",
+            *[a for k, v in size.items() for a in ("--override", f"{k}={v}")]], ros.env, ros.root))
+        procs.append(node("ros1_policy_node", "policy_pxp", [
+            "--policy", str(export), "--robot", "from-params", "--namespace", topics.namespace, "--duration", "3",
+            "--summary", str(summary)], ros.env, ros.root))
+        logs = lambda: "\n".join(f"--- {p.name}\n{p.text()[-3000:]}" for p in procs)  # noqa: E731
+        wait_for(lambda: not procs[1].alive(), 90.0, f"the policy node's end\n{logs()}", every_s=0.1)
+        assert procs[1].proc.returncode == 0, logs()
+        result = json.loads(summary.read_text())
+        statuses = [s for _, s in probe.get("policy")]
+        running = [s for s in statuses if s["status"] == "run"]
+        print(f"\npixel loop: {result['ticks']:.0f} ticks, {result['sent']:.0f} sent, interventions "
+              f"{ {k: v for k, v in result['interventions'].items() if v} }, frames {statuses[-1].get('images')}")
+        assert running, logs()
+        assert result["sent"] >= 100 and result["final_status"] == "stopped"
+        # Most steps saw a fresh frame (a loaded machine may delay some past the 0.2 s camera timeout).
+        assert result["interventions"]["stale_camera"] < 0.25 * result["ticks"], logs()
+        last = statuses[-1]
+        assert last["images"]["fixed"] >= 100 and last["malformed_images"] == 0
+        assert len(probe.get("command")) >= 100  # the policy's commands reached the topic
+    finally:
+        probe.close()
+        for proc in reversed(procs):
+            proc.stop()

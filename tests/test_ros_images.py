@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import textwrap
@@ -492,3 +493,28 @@ def test_image_topics_default_to_image_transport_names_and_travel_in_parameter_f
     assert RobotFeatures.from_dict(back["robot"]).cameras == features.cameras
     with pytest.raises(ValueError, match=r"image_transport.front: expected one of \['raw', 'compressed'\], got 'jpeg'"):
         Topics(image_transport={"front": "jpeg"})
+
+
+def test_policy_node_flags_set_camera_topics_transports_and_input_cameras(tmp_path: Path) -> None:
+    """``--image-topic``, ``--image-transport`` and ``--camera`` override the parameter file's
+    ``topics.images``, ``topics.image_transport`` and ``cameras``; malformed ones are named."""
+    import argparse
+
+    from robolearn.sim2real.ros.common import write_parameters
+    from robolearn.sim2real.ros.node_common import add_policy_arguments, policy_settings
+
+    params = {"policy": "p", "topics": {"namespace": "/n", "image_transport": {"front": "compressed", "top": "compressed"}},
+              "cameras": {"image": "top"}}
+    path = write_parameters(tmp_path / "p.yaml", "policy", params, 2)
+    parser = add_policy_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--params", str(path), "--image-transport", "front=raw", "--image-topic", "top=/cams/top",
+                              "--camera", "wrist_image=wrist"])
+    merged = policy_settings(args, "policy")
+    t = merged.topics
+    assert (t.image_topic("front"), t.transport("front")) == ("/n/front/image_raw", "raw")
+    assert (t.image_topic("top"), t.transport("top")) == ("/cams/top", "compressed")
+    assert merged.cameras == {"image": "top", "wrist_image": "wrist"}
+    for flags, text in ((["--image-transport", "front=jpeg"], "--image-transport: expected raw or compressed, got 'jpeg'"),
+                        (["--camera", "image"], "--camera: expected CAMERA=VALUE, got 'image'")):
+        with pytest.raises(SystemExit, match=re.escape(text)):
+            policy_settings(parser.parse_args(["--policy", "p", *flags]), "policy")

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -204,6 +204,9 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="a camera's image topic (default <namespace>/<camera>/image_raw[/compressed])")
     p.add_argument("--image-transport", action="append", default=[], metavar="CAMERA=raw|compressed",
                    help="a camera's frames as sensor_msgs/Image (raw, the default) or CompressedImage")
+    p.add_argument("--camera", action="append", default=[], metavar="INPUT=CAMERA",
+                   help="image policies: the robot camera an image input reads (default: the camera its image "
+                        "term was rendered from)")
     return _add_process_arguments(p)
 
 
@@ -255,6 +258,8 @@ class PolicySettings:
     rate: float | None
     safety: SafetyConfig
     params: dict[str, Any]
+    cameras: dict[str, str] = field(default_factory=dict)
+    """``{image input: robot camera}`` (``--camera``, the parameter file's ``cameras``)."""
 
 
 def policy_settings(args: argparse.Namespace, node: str) -> PolicySettings:
@@ -293,8 +298,10 @@ def policy_settings(args: argparse.Namespace, node: str) -> PolicySettings:
             safety_fields.update(json.loads(args.safety))
         except json.JSONDecodeError as exc:
             raise SystemExit(f"--safety: expected a JSON object, got {args.safety!r}: {exc}") from None
+    cameras = {str(k): str(v) for k, v in dict(params.get("cameras") or {}).items()}
+    cameras.update(_camera_options(list(getattr(args, "camera", None) or []), "--camera"))
     return PolicySettings(topics, str(policy_dir), float(rate) if rate else None,
-                          SafetyConfig.from_dict(safety_fields, "safety"), params)
+                          SafetyConfig.from_dict(safety_fields, "safety"), params, cameras)
 
 
 def flag_names(flags: int) -> list[str]:

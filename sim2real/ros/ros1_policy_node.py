@@ -4,7 +4,7 @@
         --robot <features .json/.yaml | from-params> [--params <file>] [--namespace /robolearn]
         [--command-type float64_multi_array|joint_trajectory] [--rate HZ] [--safety JSON]
         [--lost-timeout 0.5] [--telemetry out.h5] [--summary out.json] [--duration S] [--wait 30]
-        [--image-topic CAMERA=TOPIC ...] [--image-transport CAMERA=raw|compressed ...]
+        [--image-topic CAMERA=TOPIC ...] [--image-transport CAMERA=raw|compressed ...] [--camera INPUT=CAMERA ...]
 
 The loop is :class:`~robolearn.sim2real.deploy.runtime.DeployRuntime` in the main thread
 (absolute deadlines, spin before each), reading a :class:`~robolearn.sim2real.ros.ros1.Ros1Robot`
@@ -27,7 +27,9 @@ Cameras: each camera of the robot's features is read from ``<namespace>/<camera>
 (``sensor_msgs/Image``), or ``.../image_raw/compressed`` (``CompressedImage``) with
 ``--image-transport CAMERA=compressed``; ``--image-topic CAMERA=TOPIC`` names another topic (in a
 parameter file: ``topics.images.<camera>`` and ``topics.image_transport.<camera>``). Frames reach the
-runtime in ``Reading.images`` (:mod:`robolearn.sim2real.ros.ros1`).
+runtime in ``Reading.images`` (:mod:`robolearn.sim2real.ros.ros1`). An image policy's input reads the
+camera its image term was rendered from unless ``--camera INPUT=CAMERA`` (parameter file:
+``cameras.<input>``) names another.
 
 SIGINT or SIGTERM stops the loop; the runtime damps for the safety layer's ``exit_s``, then the
 telemetry is saved (``--telemetry``, a robolearn dataset) and the loop's summary written
@@ -124,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     robot = ros1.Ros1Robot(features, topics)
     try:
         runtime = DeployRuntime(policy, robot, settings.safety, rate_hz=settings.rate, lost_timeout_s=args.lost_timeout,
-                                    seed=args.sampler_seed, noise=args.sampler_noise)
+                                    seed=args.sampler_seed, noise=args.sampler_noise,
+                                    cameras=settings.cameras or None)
     except DeployMismatch as exc:
         log.error("%s", exc)
         rospy.signal_shutdown("policy does not fit the robot")

@@ -4,7 +4,7 @@
         --robot <features .json/.yaml | from-topic> [--params <file>] [--namespace /robolearn]
         [--command-type float64_multi_array|joint_trajectory] [--rate HZ] [--safety JSON]
         [--lost-timeout 0.5] [--telemetry out.h5] [--summary out.json] [--duration S] [--wait 30]
-        [--image-topic CAMERA=TOPIC ...] [--image-transport CAMERA=raw|compressed ...]
+        [--image-topic CAMERA=TOPIC ...] [--image-transport CAMERA=raw|compressed ...] [--camera INPUT=CAMERA ...]
 
 The ROS 2 twin of ``ros1_policy_node`` (same flags, topics, status and exit behaviour): the loop is
 :class:`~robolearn.sim2real.deploy.runtime.DeployRuntime` in the main thread reading a
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         robot = ros2.Ros2Robot(features, node, topics)
         try:
             runtime = DeployRuntime(policy, robot, settings.safety, rate_hz=settings.rate, lost_timeout_s=args.lost_timeout,
-                                    seed=args.sampler_seed, noise=args.sampler_noise)
+                                    seed=args.sampler_seed, noise=args.sampler_noise,
+                                    cameras=settings.cameras or None)
         except DeployMismatch as exc:
             log.error("%s", exc)
             return 2
