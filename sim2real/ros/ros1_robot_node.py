@@ -29,12 +29,13 @@ published every period) until the first command: a balancing task would otherwis
 policy process is still starting.
 
 ``--images`` (a pixel task such as ``Cartpole-Swingup-Pixels``): after every ``--image-every``-th
-step each camera of the task's ``image`` observation group publishes its frame, the env's own
-observation of that state, on ``<namespace>/<camera>/image_raw`` as ``sensor_msgs/Image`` (``rgb8``,
-stamped like the joint state of that step), or with ``--image-transport compressed`` on
-``<namespace>/<camera>/image_raw/compressed`` as a PNG ``CompressedImage`` (lossless); the cameras
-are declared in the features (``~features``, ``--features-out``), named by the term's MJCF camera
-(``fixed`` for Cartpole-Swingup-Pixels). The publishers keep one frame (``queue_size=1``).
+step each camera the simulated robot declares (its task's camera terms, named by the MJCF camera:
+``fixed`` for Cartpole-Swingup-Pixels) publishes its frame of that step, the env's own observation of
+that state, on ``<namespace>/<camera>/image_raw`` as ``sensor_msgs/Image`` (``rgb8``, stamped with
+ROS time when published), or with ``--image-transport compressed`` on
+``<namespace>/<camera>/image_raw/compressed`` as a PNG ``CompressedImage`` (lossless). The cameras
+are declared in the features (``~features``, ``--features-out``) only with ``--images``; the
+publishers keep one frame (``queue_size=1``).
 """
 
 from __future__ import annotations
