@@ -472,10 +472,12 @@ class BatchedEnv:
             act = rest[0] if rest else None
         self.sim.reset(ids, qpos, qvel, act)
         self._sync_prev(ids)
-        self.episode_length[ids] = 0
-        self.action[ids] = 0.0
-        self.prev_action[ids] = 0.0
-        self.reward_manager.episode_sums[ids] = 0.0
+        # index_fill_ takes the value as a kernel argument; `x[ids] = 0.0` would copy a host scalar
+        # to the device first, a synchronising copy on CUDA in every reset.
+        self.episode_length.index_fill_(0, ids, 0)
+        self.action.index_fill_(0, ids, 0.0)
+        self.prev_action.index_fill_(0, ids, 0.0)
+        self.reward_manager.episode_sums.index_fill_(0, ids, 0.0)
         self.command_manager.reset(ids)
         # Latency and actuator draws come last, so the draws above (and hence initial states) are
         # those of the same task without these models.

@@ -446,7 +446,7 @@ class Delay:
         if self.held is not None:
             self.held = self.held.clone()  # the previous one may be an observation handed out
             self.held[rows] = frames
-        self.age[rows] = 0
+        self.age.index_fill_(0, rows, 0)  # not `[rows] = 0`: a host scalar copy syncs on CUDA
 
     def __call__(self, frame: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:
         """Push ``frame`` ``[B, ...]`` (every row) and return the frame each row is delivered.

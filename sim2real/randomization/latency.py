@@ -152,10 +152,10 @@ class ObservationDelayState:
         # A fixed lag draws nothing: it must not shift the streams other draws use.
         u = None if d.low == d.high else self.env.draw_uniform(env_ids, 1)[:, 0]
         self.env.record_drawn(self.lag_key, env_ids, d.draw_lags(env_ids, u))
-        d.age[env_ids] = 0
+        d.age.index_fill_(0, env_ids, 0)  # not `[ids] = 0`: a host scalar copy syncs on CUDA
         if d.tracks_age:
             self.env.record_drawn(self.age_key, env_ids, d.age[env_ids])
-        self.pending[env_ids] = True
+        self.pending.index_fill_(0, env_ids, True)
         self.any_pending = True
 
     def __call__(self, frame: torch.Tensor, env_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -191,7 +191,7 @@ class ObservationDelayState:
     def _fill(self, env_ids: torch.Tensor, rows: torch.Tensor) -> None:
         """Restart the buffers of ``env_ids`` filled with ``rows`` (their fresh frames)."""
         self.delay.restart(env_ids, rows)
-        self.pending[env_ids] = False
+        self.pending.index_fill_(0, env_ids, False)
         self.any_pending = host_any(self.pending)
 
     def state_dict(self) -> dict[str, Any]:
@@ -254,7 +254,7 @@ class ActionDelayState:
         lag = draw_int(self.env, env_ids, self.low, self.high)
         self.delay.lag[env_ids] = lag
         self.env.record_drawn(self.key, env_ids, lag)
-        self.buffer[env_ids] = 0.0
+        self.buffer.index_fill_(0, env_ids, 0.0)
 
     def __call__(self, action: torch.Tensor) -> torch.Tensor:
         """Push the policy's ``action`` ``[N, A]``; return the one each world applies now."""
