@@ -118,6 +118,33 @@ def test_asymmetric_mode_critic_on_state_encoder_from_the_actor():
         _agent(critic_obs_group="state")
 
 
+def test_asymmetric_aux_state_loss_trains_the_encoder_when_the_actor_loss_passes_none():
+    agent = _agent(critic_obs_group="critic", aux_state_weight=2.0, aug_pad=0)
+    assert agent.actor.aux.out_features == 5 and any(p is agent.actor.aux.weight for g in agent.actor_optimizer.param_groups for p in g["params"])
+    # A critic that ignores the action gives the actor loss no gradient (as a saturated tanh does):
+    # only the auxiliary loss can then move the encoder.
+    for p in agent.critic.q.parameters():
+        p.data.zero_()
+    b = _batch()
+    with torch.no_grad():  # the loss of the parameters before the step (no shift with aug_pad=0)
+        expected = ((agent.actor.aux(agent.actor.front.trunk(agent.encoder(b.obs["image"]))) - b.obs["critic"]) ** 2).mean()
+    enc_before = [p.clone() for p in agent.encoder.parameters()]
+    stats = agent.update_step(b)
+    torch.testing.assert_close(stats["loss_aux_state"], expected, rtol=1e-5, atol=1e-6)
+    assert any(not torch.equal(a, p) for a, p in zip(enc_before, agent.encoder.parameters(), strict=True))
+    without = _agent(critic_obs_group="critic")
+    for p in without.critic.q.parameters():
+        p.data.zero_()
+    enc0 = [p.clone() for p in without.encoder.parameters()]
+    without.update_step(b)
+    assert all(torch.equal(a, p) for a, p in zip(enc0, without.encoder.parameters(), strict=True))
+    assert not hasattr(without.actor, "aux")
+    with pytest.raises(ValueError, match="aux_state_weight"):
+        _agent(aux_state_weight=1.0)  # pixel mode has no state to predict
+    with pytest.raises(ValueError, match="aux_state_weight"):
+        _agent(critic_obs_group="critic", aux_state_weight=-1.0)
+
+
 def test_augmentation_draws_independent_shifts_for_obs_and_next_obs():
     agent = _agent(aug_pad=4)
     b = _batch(64)

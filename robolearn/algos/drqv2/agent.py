@@ -322,6 +322,9 @@ class DrQV2:
         self.actor = DrQActor(
             self.encoder, action_dim, cfg.feature_dim, cfg.hidden_dim, not cfg.asymmetric, action_low, action_high
         ).to(self.device)
+        if cfg.aux_state_weight > 0.0:
+            # Part of the actor (saved and optimised with it); export traces forward(), which skips it.
+            self.actor.aux = nn.Linear(cfg.feature_dim, int(obs_dims[self.critic_group])).to(self.device)
         critic_in = int(obs_dims[self.critic_group]) if cfg.asymmetric else self.encoder.out_dim
         self.critic = DrQCritic(critic_in, action_dim, cfg, trunk=not cfg.asymmetric).to(self.device)
         self.target_critic = make_target(self.critic)
@@ -497,8 +500,13 @@ class DrQV2:
             self.encoder_optimizer.step()
 
         a = actor_loss(self.actor, self.critic, actor_f, critic_f, std, cfg.std_clip, noise)
+        loss = a["loss_actor"]
+        if cfg.aux_state_weight > 0.0:
+            predicted = self.actor.aux(self.actor.front.trunk(actor_f))
+            a["loss_aux_state"] = nn.functional.mse_loss(predicted, critic_f.to(predicted.dtype))
+            loss = loss + cfg.aux_state_weight * a["loss_aux_state"]
         self.actor_optimizer.zero_grad(set_to_none=True)
-        a["loss_actor"].backward()
+        loss.backward()
         self.actor_optimizer.step()
         if cfg.asymmetric:
             self.encoder_optimizer.step()

@@ -74,6 +74,12 @@ class DrQV2Config:
     """``None``: the critic reads the actor's pixels through the shared encoder (DrQ-v2). A state
     group (``"critic"``): asymmetric mode, the critic is an MLP on that group and the encoder is
     trained by the actor loss instead."""
+    aux_state_weight: float = 0.0
+    """Asymmetric mode only: weight of an auxiliary loss that trains the actor's trunk (and through it
+    the encoder) to predict the critic's state group from the pixels (mean squared error of a linear
+    head on the trunk's features), added to the actor loss. The encoder then keeps learning when the
+    actor's tanh saturates and its loss stops passing gradient, which the asymmetric cart-pole runs
+    showed (BENCHMARKS.md, "Vision"); asymmetric actor-critic for robots pairs the two the same way."""
 
     def __post_init__(self) -> None:
         """Validate ranges; a bad value names the field."""
@@ -97,6 +103,13 @@ class DrQV2Config:
             raise ValueError(f"aug_pad: expected >= 0, got {self.aug_pad}")
         if self.learning_starts < 0:
             raise ValueError(f"learning_starts: expected >= 0, got {self.learning_starts}")
+        if not self.aux_state_weight >= 0.0:
+            raise ValueError(f"aux_state_weight: expected >= 0, got {self.aux_state_weight}")
+        if self.aux_state_weight > 0.0 and not self.asymmetric:
+            raise ValueError(
+                f"aux_state_weight: {self.aux_state_weight} needs a state group to predict; set critic_obs_group "
+                "(asymmetric mode) or leave aux_state_weight at 0"
+            )
 
     @property
     def asymmetric(self) -> bool:
