@@ -127,6 +127,21 @@ def test_an_env_stacked_image_group_exports_with_the_envs_frames(run: Path, tmp_
     torch.testing.assert_close(onnx(obs["image"]), agent.act_inference(obs), rtol=0, atol=1e-6)
 
 
+def test_a_run_whose_env_stacks_the_frames_loads_and_exports_through_the_cli(tmp_path: Path) -> None:
+    """A run trained on an env-stacked image group (``history_length=3``, agent ``frame_stack=1``):
+    ``load_policy`` sizes the agent from the spec's stacked group (one frame's shape x 3), and the
+    CLI exports the env's 3 frames."""
+    run = tmp_path / "stacked"
+    args = [a for a in TRAIN if not a.startswith("algo.frame_stack")]
+    args += ["algo.frame_stack=1", f"algo.image_channels={3 * K}", f"task_overrides.observations.image.history_length={K}"]
+    assert main(["train", *args, f"run_dir={run}"]) == 0
+    policy = robolearn.load_policy(run)
+    assert policy.agent.frame_shape == (SIZE, SIZE, 3 * K)
+    assert main(["export", f"run={run}"]) == 0
+    manifest = load_manifest(run / "export")
+    assert manifest["images"][0]["frames"] == K and manifest["images"][0]["shape"] == [SIZE, SIZE, 3 * K]
+
+
 def test_frames_the_envs_stack_contradicts_are_refused_naming_the_field(run: Path) -> None:
     """An agent stacking 3 frames of the env's 3-frame stack reads 9 frames: no deploy runtime
     reproduces that, and the export says which field."""

@@ -19,7 +19,6 @@ groups are concatenated in that order, as the exported network's input row is.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -156,7 +155,7 @@ def agent_spaces(spec: Mapping[str, Any], where: str = "policy_spec.json") -> di
     if len(low) != typed.action_dim or len(high) != typed.action_dim:
         raise ConfigError(f"{where}: action bounds give {len(low)}/{len(high)} values for action_dim {typed.action_dim}")
     return {
-        "obs_dims": {g: math.prod(group.shape) for g, group in typed.observations.items()},
+        "obs_dims": {g: group.size for g, group in typed.observations.items()},
         "action_dim": typed.action_dim,
         "action_low": torch.tensor(low, dtype=torch.float32),
         "action_high": torch.tensor(high, dtype=torch.float32),

@@ -164,6 +164,13 @@ class ObsGroupSpec:
         """Whether the group is a ``[N, D]`` vector (terms concatenated) rather than one shaped term."""
         return len(self.shape) == 1
 
+    @property
+    def size(self) -> int:
+        """Numbers in one world's observation as the env delivers it: :attr:`shape`'s, times the
+        stacked frames for a shaped group (whose :attr:`shape` is one frame).
+        """
+        return math.prod(self.shape) * (1 if self.flat else max(1, self.history_length))
+
 
 @dataclass(frozen=True)
 class ModelSpec:
