@@ -354,6 +354,8 @@ def _deploy_ros(cfg: DeployConfig, folder: Path, out: Path) -> int:
     params["manifest"] = {"task_id": manifest.spec.task_id, "obs_group": manifest.obs_group,
                           "joint_order": [str(j) for j in manifest.spec.joint_order],
                           "control_rate_hz": manifest.spec.control_rate_hz, "action_dim": manifest.spec.action_dim}
+    if cfg.camera:  # the node reads `cameras.<input>` as the runtime's image-input -> camera mapping
+        params["cameras"] = dict(cfg.camera)
     out.mkdir(parents=True, exist_ok=True)
     param_file = write_parameters(out / "policy_params.yaml", "policy", params, 1 if cfg.robot == "ros1" else 2)
     print(f"robolearn deploy: {cfg.robot} policy node with {param_file}")
