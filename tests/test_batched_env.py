@@ -414,3 +414,19 @@ def test_noise_of_several_terms_keeps_each_terms_kind_and_scale():
     assert float(uniform.abs().max()) <= 0.3 and abs(float(uniform.std()) - 0.3 / 3**0.5) < 0.01
     # the two Gaussian terms draw independent numbers, not one scaled copy of the other
     assert abs(float(torch.corrcoef(torch.stack([(obs[:, 0] - clean_pos[:, 0]), (obs[:, 8] - clean_vel[:, 0])]))[0, 1])) < 0.1
+
+
+def test_a_full_reset_refills_every_flat_history_with_the_first_frame():
+    """``env.reset()`` after steps starts every world's episode: a stacked flat group holds the new
+    first frame in every slot, not the last episode's frames (a partial reset by index does the same)."""
+    cfg = task_cfg("HalfCheetah", episode_length=30)
+    cfg.observations["history"] = ObsGroup({"pos": ObsTerm(mdp.qpos, params={"start": 1})}, history_length=3)
+    env = BatchedEnv(cfg, 2, seed=0)
+    env.reset()
+    for a in _actions(2, 6, 5, seed=1):
+        env.step(a)
+    obs, _ = env.reset()
+    frame = env.sim.qpos[:, 1:].to(obs["history"].dtype)
+    assert torch.equal(obs["history"], frame.repeat(1, 3))
+    obs = env.step(torch.zeros(2, 6))[0]  # the window then rolls: two copies of the first frame, then the new one
+    torch.testing.assert_close(obs["history"][:, : 2 * frame.shape[1]], frame.repeat(1, 2))

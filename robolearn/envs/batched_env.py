@@ -164,6 +164,9 @@ class BatchedEnv:
             self.seed = check_int("seed", seed, 0)
             self.rng = WorldRNG(self.seed, self.num_envs, self.device)
         self._reset_worlds(self.all_ids)
+        # Every world starts an episode: stacked histories refill from this frame, not carry the
+        # last episode's frames (a partial reset by index refills its rows the same way).
+        self.observation_manager.restart_histories()
         self._obs = self.observation_manager.compute()
         return self._obs, {}
 

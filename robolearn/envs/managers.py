@@ -318,6 +318,13 @@ class ObservationManager:
                 seen.clear()
         return out
 
+    def restart_histories(self) -> None:
+        """Forget every flat group's history window, so the next frame fills it (every world starts
+        an episode: :meth:`BatchedEnv.reset`). Image stacks restart on their own at episode step 0."""
+        for p in self.processors.values():
+            if p.history is not None:
+                p.history.reset()
+
     def history_state(self) -> dict[str, torch.Tensor]:
         """The history window of each stacked group, flat or image (copies), for checkpoints."""
         state = {
