@@ -126,11 +126,17 @@ def test_asymmetric_aux_state_loss_trains_the_encoder_when_the_actor_loss_passes
     for p in agent.critic.q.parameters():
         p.data.zero_()
     b = _batch()
-    with torch.no_grad():  # the loss of the parameters before the step (no shift with aug_pad=0)
-        expected = ((agent.actor.aux(agent.actor.front.trunk(agent.encoder(b.obs["image"]))) - b.obs["critic"]) ** 2).mean()
+    # the loss and its gradient on the head's weight at the parameters before the step (no shift with aug_pad=0)
+    with torch.no_grad():
+        features = agent.actor.front.trunk(agent.encoder(b.obs["image"]))
+    weight = agent.actor.aux.weight.detach().clone().requires_grad_(True)
+    expected = ((features @ weight.T + agent.actor.aux.bias.detach() - b.obs["critic"]) ** 2).mean()
+    (expected_grad,) = torch.autograd.grad(expected, weight)
     enc_before = [p.clone() for p in agent.encoder.parameters()]
     stats = agent.update_step(b)
-    torch.testing.assert_close(stats["loss_aux_state"], expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(stats["loss_aux_state"], expected.detach(), rtol=1e-5, atol=1e-6)
+    # only the auxiliary loss reaches the head, scaled by its weight (2.0)
+    torch.testing.assert_close(agent.actor.aux.weight.grad, 2.0 * expected_grad, rtol=1e-4, atol=1e-7)
     assert any(not torch.equal(a, p) for a, p in zip(enc_before, agent.encoder.parameters(), strict=True))
     without = _agent(critic_obs_group="critic")
     for p in without.critic.q.parameters():
