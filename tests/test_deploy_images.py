@@ -45,6 +45,7 @@ TINY = {"batch_size": 16, "buffer_size": 200, "feature_dim": 8, "hidden_dim": 16
         "frame_stack": K}  # fmt: skip
 STALE = int(Intervention.STALE)
 STALE_CAMERA = int(Intervention.STALE_CAMERA)
+RAMP = int(Intervention.RAMP)
 
 
 def _robot(**kw: object) -> SimulatedRobot:
@@ -316,6 +317,39 @@ def test_a_stale_camera_holds_and_the_policy_starts_over(drq: tuple, tmp_path: P
     assert (telemetry["interventions"][3:6] & STALE_CAMERA).all() and not telemetry["policy_active"][3:6].any()
     path = runtime.telemetry.save(tmp_path / "t.h5", TASK)
     assert Dataset.load(path).infos["camera_age.fixed"].shape == (7,)
+
+
+class OldCamera(Scripted):
+    """A camera whose frames arrive 1 s old (a driver that delivered once and stalled) until ``old`` is cleared."""
+
+    def __init__(self, inner: SimulatedRobot) -> None:
+        super().__init__(inner)
+        self.old = True
+
+    def read(self) -> Reading:
+        r = super().read()
+        if self.old:
+            f = r.images["fixed"]
+            r = dataclasses.replace(r, images={"fixed": CameraFrame(f.image, f.stamp, f.received - 1.0)})
+        return r
+
+
+def test_a_camera_stale_at_start_does_not_use_up_the_staged_start(drq: tuple) -> None:
+    """The safety layer starts only when every camera is fresh: a hold on a stale frame before the
+    start must not run the ramp's clock, or the policy's command goes out with no staged start.
+    """
+    _, out, _ = drq
+    robot = OldCamera(_robot())
+    runtime = DeployRuntime(load_exported(out), robot, SafetyConfig(ramp_s=0.03, camera_stale_timeout_s=0.05),
+                            clock=robot.inner.clock)  # fmt: skip
+    with robot:
+        flags = [runtime.step() for _ in range(5)]
+        assert runtime.status == "stale_camera" and runtime.safety.state == "idle" and robot.inner.steps == 0
+        robot.old = False
+        flags += [runtime.step() for _ in range(5)]
+    # nothing sent while stale; then the ramp from the start (0, 0.01, 0.02 s into 0.03 s), then the policy
+    assert flags == [None] * 5 + [RAMP] * 3 + [0, 0]
+    assert runtime.status == "run"
 
 
 def test_a_camera_that_never_delivered_blocks_the_start(drq: tuple) -> None:

@@ -33,7 +33,8 @@ the colour conversion from the camera's encoding), stacked ``[H, W, k*C]`` oldes
 vector group too (image + proprioception) the ``obs`` row is built as for any policy.
 :func:`check_robot` names a camera the robot lacks and one whose frames cannot become the input's
 frame. Until every camera has delivered a frame nothing is sent and the safety layer does not start
-(status ``no_camera``); a frame older than the safety layer's ``camera_stale_timeout_s`` makes the
+(status ``no_camera``), nor while a camera's frame is not fresh before the start (status
+``stale_camera``, nothing sent: a hold there would use up the staged start); a frame older than the safety layer's ``camera_stale_timeout_s`` makes the
 step hold (``Intervention.STALE_CAMERA``, status ``stale_camera``), a discontinuity like any hold.
 
 One unbroken run of the policy on the robot is what one episode is in training. Before the first
@@ -265,7 +266,8 @@ class DeployRuntime:
         self._fresh_state = True
         """Whether the policy starts over before its next step: hidden state, history, last action (module doc)."""
         self.status = "idle"
-        """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``stale_camera``, ``no_camera`` (a camera never
+        """``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``stale_camera`` (a camera's frame is not fresh:
+        the hold is sent, or nothing before the safety layer started), ``no_camera`` (a camera never
         delivered: nothing is sent), ``lost``, ``estop``, ``exit``, ``stopped``."""
         self._stop = threading.Event()
         self._sleep = sleep if sleep is not None else self._stop.wait
@@ -364,11 +366,19 @@ class DeployRuntime:
             return None
         if self.safety.state == "idle":
             missing = self.safety.missing_cameras(reading)
-            if missing:
-                # No frame yet: the policy cannot see, so nothing starts and nothing is sent.
-                if self.status != "no_camera":
-                    log.warning("deploy: camera(s) %s have not delivered a frame; waiting before starting", missing)
-                self.status = "no_camera"
+            if missing or not self.safety.cameras_fresh(reading, now):
+                # No frame yet, or none fresh: the policy cannot see, so nothing starts and nothing is
+                # sent. Starting here and holding would run the staged start's clock during the hold:
+                # the policy's command would then go out with no ramp.
+                word = "no_camera" if missing else "stale_camera"
+                if self.status != word:
+                    if missing:
+                        log.warning("deploy: camera(s) %s have not delivered a frame; waiting before starting", missing)
+                    else:
+                        log.warning("deploy: camera frames are not fresh (ages %s s, limit %g s); waiting before "
+                                    "starting", [round(a, 3) for a in self.safety.camera_ages(reading, now)],
+                                    self.safety.config.camera_stale_timeout_s)
+                self.status = word
                 self._fresh_state = True
                 return None
             self.safety.start(reading, now)

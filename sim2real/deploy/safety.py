@@ -26,7 +26,8 @@ Per step, in this order:
 2. **watchdog**: no usable reading: the hold command (``STALE``); a camera that is not fresh: the
    hold command (``STALE_CAMERA``, counted apart); once readings (and frames) are fresh again the
    layer runs again, under the change limit (so it resumes smoothly). The layer does not start
-   (stays ``idle``) before every camera has delivered a frame;
+   (stays ``idle``) before every camera has a fresh frame (a hold before the start would use up the
+   staged start's time);
 3. **staged start** for ``ramp_s`` after :meth:`SafetyLayer.start` (``RAMP``): position robots move
    their targets from the measured pose to ``features.default_pose`` along a straight line (the
    policy's targets are ignored until the ramp ends); torque and velocity robots get the policy's
