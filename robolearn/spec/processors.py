@@ -439,7 +439,9 @@ class Delay:
         return lag
 
     def restart(self, rows: torch.Tensor, frames: torch.Tensor) -> None:
-        """Fill the buffers of ``rows`` with ``frames`` (their fresh frames, ``[len(rows), ...]``)."""
+        """Fill the buffers of ``rows`` (a 1-D int64 index tensor on the buffers' device) with
+        ``frames`` (their fresh frames, ``[len(rows), ...]``).
+        """
         self._allocate(frames)
         assert self.buffer is not None
         self.buffer[rows] = frames.unsqueeze(1)

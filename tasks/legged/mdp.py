@@ -138,8 +138,9 @@ def gait_state(env: BatchedEnv) -> GaitState:
 def record_start(env: BatchedEnv, env_ids: torch.Tensor) -> None:
     """Remember where worlds ``env_ids`` start (called by the initial-state terms after placing them)."""
     state = gait_state(env)
-    state.air_time[env_ids] = 0.0
-    state.last_contact[env_ids] = False
+    # index_fill_: `x[ids] = 0.0` copies a host scalar to the device, a synchronising copy on CUDA.
+    state.air_time.index_fill_(0, env_ids, 0.0)
+    state.last_contact.index_fill_(0, env_ids, False)
 
 
 # -- rewards ---------------------------------------------------------------------------------

@@ -19,9 +19,10 @@ class DrQV2Config:
     """Transitions per gradient step."""
     buffer_size: int = 1_000_000
     """Replay capacity in (n-step) transitions, over all worlds. With ``replay="frames"`` a transition
-    costs about one uint8 frame (84 x 84 x 3 = 21 kB at DrQ-v2's sizes, plus ~60 bytes of frame numbers
-    and scalars); with ``replay="stacked"`` two stacks of ``frame_stack`` frames (2 x 84 x 84 x 9 =
-    127 kB). Size it to the machine's memory."""
+    costs about one uint8 frame of the actor's group (84 x 84 x 3 = 21 kB at DrQ-v2's sizes, plus ~60
+    bytes of frame numbers and scalars; k frames when the env already stacks k, ``history_length``), and
+    each world keeps ``frame_stack + 2 n_step`` frames of slack; with ``replay="stacked"`` two stacks of
+    ``frame_stack`` frames (2 x 84 x 84 x 9 = 127 kB). Size it to the machine's memory."""
     replay: str = "frames"
     """``"frames"``: store each rendered frame once and rebuild the stacks when sampling
     (:class:`~robolearn.algos.drqv2.replay.FrameReplay`; a continuing world's observation must be its
