@@ -231,7 +231,7 @@ def test_real_time_robot_renders_its_camera_in_its_stepping_thread(drq: tuple) -
 def test_frame_stack_restarts_after_a_hold(drq: tuple) -> None:
     _, out, _ = drq
     robot = Scripted(_robot())
-    cfg = SafetyConfig(ramp_s=0.0, stale_timeout_s=0.005, camera_stale_timeout_s=0.005)
+    cfg = SafetyConfig(ramp_s=0.0, stale_timeout_s=0.005, camera_stale_timeout_s=0.015)
     runtime = DeployRuntime(load_exported(out), robot, cfg, clock=robot.inner.clock)
     runtime.policy = rec = Recording(runtime.policy)
     with robot:
@@ -425,6 +425,31 @@ def test_camera_mismatches_are_refused_naming_the_camera_and_field(drq: tuple) -
 
     with pytest.raises(DeployMismatch, match=r"images.image: reads camera 'fixed'"):
         DeployRuntime(load_exported(out), NoCamera())
+
+
+def test_a_camera_too_slow_for_the_stale_timeout_is_refused(drq: tuple) -> None:
+    """A camera whose declared period is not under ``camera_stale_timeout_s`` could never be fresh:
+    refused before anything moves, naming both settings and values; no declared rate, no check.
+    """
+    _, out, _ = drq
+    manifest = read_manifest(out)
+    base = _robot().features
+
+    def problems(rate: float | None, timeout: float | None) -> list[str]:
+        features = dataclasses.replace(base, cameras={"fixed": CameraFeature(SIZE, SIZE, "rgb8", rate)})
+        return check_robot(manifest.spec, manifest.obs_groups, features, images=manifest.images,
+                           camera_stale_timeout_s=timeout)  # fmt: skip
+
+    slow = problems(4.0, 0.2)  # a frame every 0.25 s
+    assert len(slow) == 1 and slow[0].startswith("robot.cameras.fixed.rate_hz: 4 Hz, a frame every 0.25 s")
+    assert "safety.camera_stale_timeout_s 0.2 s" in slow[0]
+    assert len(problems(5.0, 0.2)) == 1  # a period equal to the timeout: stale at every tick before the next frame
+    assert problems(5.5, 0.2) == [] and problems(None, 0.2) == [] and problems(4.0, None) == []
+    robot = _robot()  # declares its camera at the control rate, 100 Hz: a frame every 0.01 s
+    assert robot.features.cameras["fixed"].rate_hz == 100.0
+    with pytest.raises(DeployMismatch, match=r"robot.cameras.fixed.rate_hz: 100 Hz.*camera_stale_timeout_s 0.01 s"):
+        DeployRuntime(load_exported(out), robot, SafetyConfig(camera_stale_timeout_s=0.01), clock=robot.clock)
+    DeployRuntime(load_exported(out), robot, SafetyConfig(camera_stale_timeout_s=0.0101), clock=robot.clock)
 
 
 # -- the CLI -------------------------------------------------------------------------------------------------

@@ -31,8 +31,8 @@ An **image policy** (manifest version 5, ``images``) is fed by
 env's preprocessing (``robolearn.spec.image_ops.ImagePipeline``, what the image term recorded, and
 the colour conversion from the camera's encoding), stacked ``[H, W, k*C]`` oldest first; with a
 vector group too (image + proprioception) the ``obs`` row is built as for any policy.
-:func:`check_robot` names a camera the robot lacks and one whose frames cannot become the input's
-frame. Until every camera has delivered a frame nothing is sent and the safety layer does not start
+:func:`check_robot` names a camera the robot lacks, one whose frames cannot become the input's
+frame and one whose declared rate gives a frame no more often than ``camera_stale_timeout_s``. Until every camera has delivered a frame nothing is sent and the safety layer does not start
 (status ``no_camera``), nor while a camera's frame is not fresh before the start (status
 ``stale_camera``, nothing sent: a hold there would use up the staged start); a frame older than the safety layer's ``camera_stale_timeout_s`` makes the
 step hold (``Intervention.STALE_CAMERA``, status ``stale_camera``), a discontinuity like any hold.
@@ -119,12 +119,15 @@ class DeployMismatch(ValueError):
 
 def check_robot(spec: PolicySpec, group: str | Sequence[str], features: RobotFeatures, rate_hz: float | None = None,
                 rate_rtol: float = 0.01, images: Sequence[ImageInputSpec] = (),
-                cameras: Mapping[str, str] | None = None) -> list[str]:
+                cameras: Mapping[str, str] | None = None, camera_stale_timeout_s: float | None = None) -> list[str]:
     """Every reason policy ``spec`` (reading observation ``group``, or the groups its input row
     concatenates: ``manifest.obs_groups``; none for a pixels-only policy) cannot run on a robot
     with ``features`` at ``rate_hz`` (default: the policy's rate); empty when it can. ``images``:
     the manifest's image inputs (``manifest.images``), fed from the robot's cameras as ``cameras``
-    maps them (:class:`~robolearn.sim2real.deploy.images.ImageAdapter`).
+    maps them (:class:`~robolearn.sim2real.deploy.images.ImageAdapter`). With
+    ``camera_stale_timeout_s`` (the safety layer's), a camera whose declared ``rate_hz`` delivers a
+    frame no more often than that is refused: each of its frames would go stale before the next one
+    came, and the loop would hold and restart for ever (a camera with no declared rate is not checked).
     """
     problems: list[str] = []
     want = [str(j) for j in spec.joint_order]
@@ -152,7 +155,27 @@ def check_robot(spec: PolicySpec, group: str | Sequence[str], features: RobotFea
     elif not images:
         problems.append("observations: the policy reads no observation group and no image")
     if images:
-        problems.extend(ImageAdapter(spec, images, features, cameras).mismatches())
+        adapter = ImageAdapter(spec, images, features, cameras)
+        problems.extend(adapter.mismatches())
+        if camera_stale_timeout_s is not None:
+            problems.extend(_slow_cameras(adapter.cameras, features, float(camera_stale_timeout_s)))
+    return problems
+
+
+def _slow_cameras(names: Sequence[str], features: RobotFeatures, timeout: float) -> list[str]:
+    """The cameras among ``names`` whose declared period is not under ``timeout`` (:func:`check_robot`)."""
+    problems = []
+    for name in names:
+        feature = features.cameras.get(name)
+        if feature is None or feature.rate_hz is None:
+            continue
+        period = 1.0 / feature.rate_hz
+        if period >= timeout:
+            problems.append(
+                f"robot.cameras.{name}.rate_hz: {feature.rate_hz:g} Hz, a frame every {period:.4g} s, which is not under "
+                f"safety.camera_stale_timeout_s {timeout:g} s: every frame would be stale before the next one came; "
+                f"raise safety.camera_stale_timeout_s above {period:.4g} s or the camera's rate"
+            )
     return problems
 
 
@@ -225,7 +248,9 @@ class DeployRuntime:
         spec = policy.manifest.spec
         group = policy.manifest.obs_groups
         images = policy.manifest.images
-        problems = check_robot(spec, group, robot.features, rate_hz, images=images, cameras=cameras)
+        safety = safety or SafetyConfig()
+        problems = check_robot(spec, group, robot.features, rate_hz, images=images, cameras=cameras,
+                               camera_stale_timeout_s=safety.camera_stale_timeout_s)
         if problems:
             raise DeployMismatch(problems)
         self.policy = policy
@@ -242,7 +267,7 @@ class DeployRuntime:
         """An image policy's camera inputs (``None``: no image input)."""
         self._empty_obs = np.zeros((1, 0), np.float32)
         self.action_processor = ActionProcessor.from_spec(spec.actions)
-        self.safety = SafetyLayer(robot.features, safety or SafetyConfig(), clock=clock,
+        self.safety = SafetyLayer(robot.features, safety, clock=clock,
                                   cameras=self.images.cameras if self.images is not None else ())
         self.last_action = np.zeros(spec.action_dim)
         self.telemetry = (
