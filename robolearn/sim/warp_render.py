@@ -11,10 +11,12 @@ kernel launches and hands the frames to torch as views of device arrays it owns 
 - ``segmentation``: int32 ``[N, H, W, 2]``, ``(geom id, mjOBJ_GEOM)`` per pixel, ``(-1, -1)`` where
   no geom is (the OpenGL renderer's layout).
 
-Each call first computes the worlds' kinematics (``kinematics``, ``camlight``) at their current
-``qpos`` on a private ``Data`` and refits the scene's bounding volumes: a frame shows the state the
-env observes, as :class:`~robolearn.sim.render.BatchRenderer` (which runs ``mj_forward`` per world),
-while the backend's own derived quantities stay as its step left them. Per-world model fields
+Each call first computes the worlds' kinematics, subtree centres of mass and camera and light poses
+(``kinematics``, ``com_pos``, ``camlight``; ``com_pos`` places ``trackcom`` and ``targetbodycom``
+cameras and lights) at their current ``qpos`` on a private ``Data`` and refits the scene's bounding
+volumes: a frame shows the state the env observes, as :class:`~robolearn.sim.render.BatchRenderer`
+(which runs ``mj_forward`` per world), while the backend's own derived quantities stay as its step
+left them. Per-world model fields
 (randomised colours, sizes, camera field of view) are read from the backend's batched model.
 
 Against the OpenGL renderer. The geometry is the same (camera pose, intrinsics, occlusion), the
@@ -229,6 +231,9 @@ class WarpBatchRenderer:
                 wp.copy(d.mocap_pos, src.mocap_pos)
                 wp.copy(d.mocap_quat, src.mocap_quat)
             mjw.kinematics(m, d)
+            # camlight places trackcom/targetbodycom cameras and lights from subtree_com, which
+            # kinematics leaves at the put_data state (qpos0): com_pos brings it to this qpos.
+            mjw.com_pos(m, d)
             mjw.camlight(m, d)
             mjw.refit_bvh(m, d, rc)
             mjw.render(m, d, rc)
