@@ -352,6 +352,54 @@ def test_a_camera_stale_at_start_does_not_use_up_the_staged_start(drq: tuple) ->
     assert runtime.status == "run"
 
 
+class BadFrames(Scripted):
+    """A custom robot whose camera delivers frames of the wrong shape or dtype while ``bad`` says so."""
+
+    def __init__(self, inner: SimulatedRobot) -> None:
+        super().__init__(inner)
+        self.bad: np.ndarray | None = None
+
+    def read(self) -> Reading:
+        r = super().read()
+        if self.bad is not None:
+            f = r.images["fixed"]
+            r = dataclasses.replace(r, images={"fixed": CameraFrame(self.bad, f.stamp, f.received)})
+        return r
+
+
+def test_a_malformed_frame_holds_as_a_stale_camera(drq: tuple, caplog: pytest.LogCaptureFixture) -> None:
+    """A frame not of the camera's declared shape and dtype is no frame: the step holds
+    (``STALE_CAMERA``, counted), a throttled warning names the camera and the shapes, and the policy
+    starts over when good frames return; before the start, the layer waits for a good frame.
+    """
+    _, out, _ = drq
+    robot = BadFrames(_robot())
+    runtime = DeployRuntime(load_exported(out), robot, SafetyConfig(ramp_s=0.0), clock=robot.inner.clock)
+    runtime.policy = rec = Recording(runtime.policy)
+    with robot, caplog.at_level("WARNING", logger="robolearn.sim2real.deploy.runtime"):
+        robot.bad = np.zeros((SIZE, SIZE, 4), np.uint8)
+        assert runtime.step() is None and runtime.status == "stale_camera" and runtime.safety.state == "idle"
+        robot.bad = None
+        flags = [runtime.step() for _ in range(2)]  # readings 2, 3
+        robot.bad = np.zeros((SIZE, SIZE, 3), np.float32)
+        flags += [runtime.step() for _ in range(3)]  # readings 4..6
+        statuses = [runtime.status]
+        robot.bad = None
+        flags += [runtime.step() for _ in range(2)]  # readings 7, 8
+        statuses.append(runtime.status)
+    assert flags[:2] == [0, 0] and all(f & STALE_CAMERA for f in flags[2:5]) and flags[5:] == [0, 0]
+    assert statuses == ["stale_camera", "run"]
+    assert runtime.safety.counts["stale_camera"] == 3 and runtime.bad_frames == {"fixed": 4}
+    warned = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(warned) == 2, warned  # one per kind of bad frame, not one per step
+    assert "camera 'fixed'" in warned[0] and "shape (32, 32, 4)" in warned[0] and "[32, 32, 3] uint8" in warned[0]
+    assert "dtype float32" in warned[1]
+    expected = [_stack(2, 2, 2), _stack(2, 2, 3), _stack(7, 7, 7), _stack(7, 7, 8)]
+    assert len(rec.fed) == len(expected)
+    for got, want in zip(rec.fed, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_camera_that_never_delivered_blocks_the_start(drq: tuple) -> None:
     _, out, _ = drq
     robot = Scripted(_robot())

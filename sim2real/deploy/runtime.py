@@ -35,7 +35,9 @@ vector group too (image + proprioception) the ``obs`` row is built as for any po
 frame and one whose declared rate gives a frame no more often than ``camera_stale_timeout_s``. Until every camera has delivered a frame nothing is sent and the safety layer does not start
 (status ``no_camera``), nor while a camera's frame is not fresh before the start (status
 ``stale_camera``, nothing sent: a hold there would use up the staged start); a frame older than the safety layer's ``camera_stale_timeout_s`` makes the
-step hold (``Intervention.STALE_CAMERA``, status ``stale_camera``), a discontinuity like any hold.
+step hold (``Intervention.STALE_CAMERA``, status ``stale_camera``), a discontinuity like any hold;
+so does a malformed frame (not the camera's declared shape and dtype: a custom robot's bug), counted
+in :attr:`DeployRuntime.bad_frames` and logged (throttled), rather than ending the loop.
 
 One unbroken run of the policy on the robot is what one episode is in training. Before the first
 policy step after any discontinuity -- the (re)start of the safety layer (first step, restart after
@@ -101,6 +103,10 @@ _POLICY_OFF = int(Intervention.RAMP | Intervention.HOLD | Intervention.ESTOP | I
 _DISCONTINUITY = int(Intervention.HOLD | Intervention.ESTOP | Intervention.STALE | Intervention.NONFINITE
                      | Intervention.STALE_CAMERA)
 """Flags after which the policy starts over: hidden state, observation history, last action (module doc)."""
+
+
+_BAD_FRAME_LOG_S = 5.0
+"""Seconds between warnings about one camera's malformed frames (while what it delivers stays the same)."""
 
 
 NOISE_MODES = ("normal", "zero")
@@ -296,6 +302,10 @@ class DeployRuntime:
         delivered: nothing is sent), ``lost``, ``estop``, ``exit``, ``stopped``."""
         self._stop = threading.Event()
         self._sleep = sleep if sleep is not None else self._stop.wait
+        self.bad_frames: dict[str, int] = {}
+        """Malformed camera frames seen (not the camera's declared shape and dtype), per camera: each
+        held the step as a stale camera."""
+        self._bad_frame_logged: dict[str, tuple[str, float]] = {}
 
     # -- one step ------------------------------------------------------------------------------
     def act(self, reading: Reading) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -396,6 +406,8 @@ class DeployRuntime:
                 # sent. Starting here and holding would run the staged start's clock during the hold:
                 # the policy's command would then go out with no ramp.
                 word = "no_camera" if missing else "stale_camera"
+                if not missing:
+                    self._note_bad_frames(reading, now)
                 if self.status != word:
                     if missing:
                         log.warning("deploy: camera(s) %s have not delivered a frame; waiting before starting", missing)
@@ -410,6 +422,8 @@ class DeployRuntime:
             self._fresh_state = True
         fresh = now - reading.age_reference <= self.safety.config.stale_timeout_s
         seeing = self.images is None or self.safety.cameras_fresh(reading, now)
+        if not seeing:
+            self._note_bad_frames(reading, now)
         obs = action = command = None
         if fresh and seeing and self.safety.state != "estop":
             if self._fresh_state:
@@ -442,6 +456,18 @@ class DeployRuntime:
                 camera_ages=self.safety.camera_ages(reading, now) if self.images is not None else (),
             )
         return flags
+
+    def _note_bad_frames(self, reading: Reading, now: float) -> None:
+        """Count each malformed camera frame in ``reading`` (:attr:`bad_frames`) and warn, at most once
+        every ``_BAD_FRAME_LOG_S`` per camera unless what it delivers changes (a custom robot's bug must
+        not flood the log at the control rate).
+        """
+        for name, what in self.safety.malformed_cameras(reading).items():
+            self.bad_frames[name] = self.bad_frames.get(name, 0) + 1
+            said, at = self._bad_frame_logged.get(name, ("", -math.inf))
+            if what != said or now - at >= _BAD_FRAME_LOG_S:
+                log.warning("deploy: malformed frame, holding as a stale camera (%d so far): %s", self.bad_frames[name], what)
+                self._bad_frame_logged[name] = (what, now)
 
     def _last_obs(self) -> np.ndarray:
         """The observation recorded for a step the policy did not see (the previous one, or zeros)."""

@@ -17,7 +17,8 @@ A reading is *usable* when it is there, not older than ``stale_timeout_s``
 (``now - reading.age_reference``) and its positions and velocities of the command joints are
 finite (a sensor reporting NaN is as good as no sensor). An image policy's cameras (the layer's
 ``cameras``) are *fresh* when the reading holds a frame of each, none older than
-``camera_stale_timeout_s`` (``now - frame.age_reference``: a camera's staleness is its own).
+``camera_stale_timeout_s`` (``now - frame.age_reference``: a camera's staleness is its own) and
+each a uint8 array of its camera's declared ``[H, W, C]`` (a malformed frame is as good as none).
 
 Per step, in this order:
 
@@ -108,8 +109,8 @@ class Intervention(enum.IntFlag):
     SMOOTHED = 1024
     """Smoothing changed the command."""
     STALE_CAMERA = 2048
-    """A camera the policy reads had no frame, or none newer than ``camera_stale_timeout_s``: the hold
-    command was sent."""
+    """A camera the policy reads had no frame, none newer than ``camera_stale_timeout_s`` or a malformed
+    one: the hold command was sent."""
 
 
 FLAG_NAMES = {int(f): f.name.lower() for f in Intervention if f.value}
@@ -294,6 +295,7 @@ class SafetyLayer:
         self.cameras = tuple(dict.fromkeys(cameras))
         """The cameras whose frames the layer watches (empty: none)."""
         self._camera_timeout = float(config.camera_stale_timeout_s)
+        self._camera_shapes = {name: features.cameras[name].shape for name in self.cameras}
         self.features = features
         self.config = config
         self.clock = clock
@@ -390,13 +392,36 @@ class SafetyLayer:
         images = reading.images if reading is not None else {}
         return [name for name in self.cameras if name not in images]
 
+    def malformed_cameras(self, reading: Reading | None) -> dict[str, str]:
+        """The watched cameras whose frame in ``reading`` is not a uint8 array of the camera's
+        declared ``[H, W, C]`` (a custom robot's bug), each with what it delivered and what was declared.
+        """
+        images = reading.images if reading is not None else {}
+        out = {}
+        for name in self.cameras:
+            frame = images.get(name)
+            if frame is not None and not self._frame_ok(name, frame.image):
+                image = frame.image
+                out[name] = (f"camera {name!r}: a frame of shape {getattr(image, 'shape', None)} and dtype "
+                             f"{getattr(image, 'dtype', type(image).__name__)}; the robot declares "
+                             f"{list(self._camera_shapes[name])} uint8")
+        return out
+
+    def _frame_ok(self, name: str, image: object) -> bool:
+        """Whether ``image`` is a frame of camera ``name`` as declared (uint8, its ``[H, W, C]``)."""
+        return isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.shape == self._camera_shapes[name]
+
     def cameras_fresh(self, reading: Reading | None, now: float | None = None) -> bool:
         """Whether every watched camera has a frame no older than ``camera_stale_timeout_s``
-        (written so that a NaN stamp counts as stale).
+        (written so that a NaN stamp counts as stale) of its declared shape and dtype (a malformed
+        frame is as good as none).
         """
         if not self.cameras:
             return True
-        return all(age <= self._camera_timeout for age in self.camera_ages(reading, now))
+        if not all(age <= self._camera_timeout for age in self.camera_ages(reading, now)):
+            return False
+        images = reading.images  # every camera has a frame here (its age is finite)
+        return all(self._frame_ok(name, images[name].image) for name in self.cameras)
 
     def _now(self, now: float | None) -> float:
         """``now``, or the clock's time when it is not given."""
