@@ -413,3 +413,21 @@ def test_frame_replay_samples_uniformly_over_the_valid_transitions_without_host_
     assert len(where) >= 12 and int(counts.min()) > 0.4 * 4000 / len(where) and int(counts.max()) < 1.6 * 4000 / len(where)
     with pytest.raises(ValueError, match="replay: expected 'frames' or 'stacked', got 'ring'"):
         DrQV2Config(replay="ring")
+
+
+def test_reacher_pixels_trains_through_the_runner_asymmetric_with_the_aux_loss(tmp_path):
+    """The other pixel task (a free camera over Gymnasium's Reacher, 2-D torque), with the critic on
+    its 10-D state and the auxiliary state loss: the runner stores, updates and evaluates."""
+    env = robolearn.make("Reacher-Pixels", 2, seed=0, **SMALL_IMAGES)
+    agent = DrQV2(env.obs_dims, env.action_dim, DrQV2Config(**{**TINY, "learning_starts": 10}, critic_obs_group="critic",
+                                                            aux_state_weight=1.0),
+                  action_low=env.ctrl_low, action_high=env.ctrl_high, seed=0)  # fmt: skip
+    rcfg = RunnerConfig(total_env_steps=20, steps_per_iteration=10, eval_interval=2, checkpoint_interval=4,
+                        video=False, console=False, tensorboard=False)  # fmt: skip
+    eval_env = robolearn.make("Reacher-Pixels", 1, seed=3, episode_length=10, **SMALL_IMAGES)
+    OffPolicyRunner(env, agent, rcfg, tmp_path / "run", eval_env=eval_env).learn()
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert "train/loss_aux_state" in header and "eval/return" in header
+    assert agent.num_updates > 0 and agent.actor.aux.out_features == env.obs_dims["critic"] == 10
+    assert agent.act_inference(env.reset()[0]).shape == (2, 2)
