@@ -117,7 +117,8 @@ class Scripted(Robot):
         if self.reads <= self.silent_reads:
             return dataclasses.replace(r, images={})
         if not (self.freeze_camera and self._camera is not None):
-            self._camera = CameraFrame(_frame(self.reads), r.stamp, r.received)
+            # A ROS epoch stamp, far from the monotonic receipt time: staleness is the receipt's.
+            self._camera = CameraFrame(_frame(self.reads), 1.7e9 + r.stamp, r.received)
         if self.freeze_joints:
             self._joints_at = self._joints_at if self._joints_at is not None else r.received
             r = dataclasses.replace(r, received=self._joints_at)
