@@ -472,6 +472,25 @@ def test_camera_image_converts_to_the_declared_encoding_and_refuses_other_kinds(
         assert text in str(err.value), (text, str(err.value))
 
 
+def test_camera_image_of_a_bare_compressed_format_is_opencvs_bgr_made_rgb() -> None:
+    """A driver that names no original encoding (``format="png"``/``"jpeg"``): OpenCV decodes three
+    channels as BGR, which ``camera_image`` turns into the declared RGB exactly (png) or within the
+    codec's error (jpeg), never with red and blue swapped."""
+    from robolearn.sim2real.robots.base import CameraFeature
+    from robolearn.sim2real.ros.images import camera_image
+
+    y, x = np.mgrid[:6, :5]
+    rgb = np.stack([10 * y + x, 100 + x, 200 - y], axis=-1).astype(np.uint8)  # red, green, blue all apart
+    for fmt in ("png", "jpeg"):
+        msg = fill_compressed(_compressed(), rgb, "rgb8", fmt, quality=100)
+        msg.format = fmt
+        got = camera_image(msg, CameraFeature(6, 5, "rgb8"), compressed=True)
+        if fmt == "png":
+            np.testing.assert_array_equal(got, rgb)
+        else:  # red and blue differ by >= 140 everywhere: a swap is far outside the codec's error
+            assert np.abs(got.astype(int) - rgb).max() < 20
+
+
 @pytest.mark.parametrize("ros", [1, 2])
 def test_image_topics_default_to_image_transport_names_and_travel_in_parameter_files(tmp_path: Path, ros: int) -> None:
     """``<ns>/<camera>/image_raw`` (``/compressed`` for a compressed camera) unless ``Topics.images``
