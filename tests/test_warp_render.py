@@ -156,3 +156,33 @@ def test_a_camera_tracking_a_body_com_follows_the_body_away_from_qpos0():
         assert np.abs(depth[w] - wdepth[w])[same & (wseg[w] >= 0)].max() < 5e-3, w
     # The swung pole's world is drawn from another camera pose than the resting one's.
     assert not np.array_equal(seg[0], seg[1])
+
+
+def test_render_every_holds_the_warp_frames_as_the_opengl_path_does():
+    """With ``render_every=3`` a camera term on the Warp renderer draws at episode steps 0, 3, 6 and
+    holds its frame in between, as the same term on OpenGL does (same backend, same actions)."""
+    n, size, every = 2, 32, 3
+
+    def make(renderer: str) -> BatchedEnv:
+        cfg = cartpole_swingup_pixels_cfg(size=size)
+        cfg.observations["image"].terms["rgb"].params.update(renderer=renderer, render_every=every)
+        e = BatchedEnv(cfg, n, seed=0, backend="warp")
+        e.reset()
+        # Fast carts and poles: a ray tracer sampling pixel centres sees a move of a few cm between
+        # renders (the reset state drifts too slowly for a 32-pixel frame).
+        e.set_state(QPOS[:n], torch.tensor([[4.0, 8.0], [-4.0, -8.0]], dtype=torch.float64))
+        return e
+
+    warp_env, gl_env = make("warp"), make("gl")
+    assert {key[0] for key in warp_env.__dict__["_camera_renderers"]} == {"warp"}
+    before = {"warp": warp_env.obs["image"], "gl": gl_env.obs["image"]}
+    changed: dict[str, list[bool]] = {"warp": [], "gl": []}
+    push = torch.ones(n, 1)
+    for _ in range(7):
+        for name, e in (("warp", warp_env), ("gl", gl_env)):
+            image = e.step(push)[0]["image"]
+            changed[name].append(not torch.equal(image, before[name]))
+            before[name] = image
+        assert torch.equal(warp_env.sim.qpos, gl_env.sim.qpos)  # the renderer does not touch the state
+    want = [step % every == 0 for step in range(1, 8)]
+    assert changed["gl"] == want and changed["warp"] == want, changed

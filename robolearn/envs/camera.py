@@ -243,7 +243,10 @@ def _frames(
         "depth": ((height, width, 1), torch.float32),
         "segmentation": ((height, width, 1), torch.int32),
     }[kind]
+    # The two renderers shade differently: a Warp term and an OpenGL term of the same camera hold
+    # their own frames (else one would be handed the other's held frame of the same state).
     name = f"camera/{camera}/{kind}/{width}x{height}/every{every}/light{int(shadows)}{int(reflections)}"
+    name += "/warp" if warp else ""
     frames = env.buffer(name, shape, dtype)
     stamp = env.buffer(f"{name}/stamp", (2,), torch.long, fill=-1)  # control step, episode step
     qpos_at = env.buffer(f"{name}/qpos", (env.model.nq,), torch.float64, fill=math.nan)
@@ -280,10 +283,14 @@ def _frames(
             # Keep geom ids only: other objects drawn (sites, tendons, decorations) read as -1.
             drawn = np.where(drawn[..., 1:2] == _GEOM, drawn[..., 0:1], -1).astype(np.int32)
         frames[ids] = torch.from_numpy(drawn).to(env.device)
-        stamp[ids, 0] = env.common_step_counter
-        stamp[ids, 1] = steps[ids]
-        qpos_at[ids] = qpos[ids].to(qpos_at.dtype)
-        epoch_at[ids] = epoch[ids]
+    if ids is not None:
+        # Both renderers: the drawn worlds' state, so that they are held until due again. In-place
+        # index ops with device indices: a Python scalar assigned through ``x[ids] = v`` would cost
+        # a host-to-device copy (a sync on CUDA).
+        stamp[:, 0].index_fill_(0, ids, env.common_step_counter)
+        stamp[:, 1].index_copy_(0, ids, steps[ids])
+        qpos_at.index_copy_(0, ids, qpos[ids].to(qpos_at.dtype))
+        epoch_at.index_copy_(0, ids, epoch[ids])
     # A copy: the buffer is overwritten in place by later renders, an observation never changes.
     return frames.clone()
 
