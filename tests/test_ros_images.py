@@ -537,3 +537,21 @@ def test_policy_node_flags_set_camera_topics_transports_and_input_cameras(tmp_pa
                         (["--camera", "image"], "--camera: expected CAMERA=VALUE, got 'image'")):
         with pytest.raises(SystemExit, match=re.escape(text)):
             policy_settings(parser.parse_args(["--policy", "p", *flags]), "policy")
+
+
+def test_policy_status_reports_a_stale_camera_apart_from_stale_joint_states() -> None:
+    """``policy_status``: ``stale`` is the joint states' (or a lost robot), ``stale_camera`` is true
+    while the policy is held, or not yet started, for a camera frame that is not fresh or never came."""
+    import logging
+
+    from robolearn.sim2real.ros.node_common import ThrottledLog, policy_status
+
+    def status(word: str) -> dict:
+        rt = SimpleNamespace(status=word, stats=SimpleNamespace(ticks=[0.0], sent=1, missed=0),
+                             safety=SimpleNamespace(counts={}, state="run"))
+        return json.loads(policy_status(rt, 0, ThrottledLog(logging.getLogger("t"), "x"), 1))
+
+    got = {word: (status(word)["stale"], status(word)["stale_camera"])
+           for word in ("run", "stale", "lost", "stale_camera", "no_camera", "hold")}
+    assert got == {"run": (False, False), "stale": (True, False), "lost": (True, False),
+                   "stale_camera": (False, True), "no_camera": (False, True), "hold": (False, False)}

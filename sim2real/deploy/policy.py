@@ -17,9 +17,11 @@ A chunked generative policy (manifest version 4, ``chunking`` and ``sampler``) i
 (``robolearn.spec.chunking.ChunkExecutor``) and draws its noise.
 
 An image policy (manifest version 5, ``images``) takes its stacked camera frames as uint8 inputs,
-then its ``obs`` row when it has one: ``policy(obs, images=[stack, ...])``; the graph's inputs are
-checked against the manifest by name, dtype and shape at load. The runtime builds the stacks
-(:class:`robolearn.sim2real.deploy.images.ImageAdapter`).
+then its ``obs`` row when it has one: ``policy(obs, images=[stack, ...])``. At load, an ONNX graph's
+inputs are checked against the manifest by name and order, dtype (uint8 images) and shape (and the
+``obs`` width); a TorchScript module declares no input names, dtypes or shapes, so it is only probed:
+one call on zero inputs of the manifest's shapes must run and return ``[1, action_dim]``. The runtime
+builds the stacks (:class:`robolearn.sim2real.deploy.images.ImageAdapter`).
 """
 
 from __future__ import annotations
@@ -289,8 +291,9 @@ def _onnx_recurrent(session: Any, policy: ExportedPolicy) -> Any:
 
 
 def _load_image_policy(policy: ExportedPolicy, network: Path, folder: Path) -> ExportedPolicy:
-    """Open an image policy's network (ONNX Runtime, one thread; or TorchScript), its inputs checked
-    against the manifest (names, uint8 images of the declared shapes), and probe it once.
+    """Open an image policy's network (ONNX Runtime, one thread; or TorchScript), an ONNX graph's
+    inputs checked against the manifest (names, uint8 images of the declared shapes, the obs width),
+    and probe it once (a TorchScript module's only check: module doc).
     """
     manifest = policy.manifest
     names = input_names(manifest.images, manifest.obs_dim)

@@ -313,6 +313,9 @@ def policy_status(rt: DeployRuntime, flags: int, rejected: ThrottledLog, reading
                   images: Mapping[str, int] | None = None, rejected_images: ThrottledLog | None = None) -> str:
     """The ``policy_status`` JSON text: status word, counters, interventions, malformed input; with
     cameras also ``images`` (good frames by camera), ``malformed_images`` and ``malformed_images_last``.
+    ``stale`` is true while the joint states are stale or the robot is lost; ``stale_camera`` while the
+    policy is held (or not started) because a camera's frame is not fresh or never came (status
+    ``stale_camera`` or ``no_camera``).
     """
     cameras: dict[str, Any] = {}
     if images:
@@ -322,6 +325,7 @@ def policy_status(rt: DeployRuntime, flags: int, rejected: ThrottledLog, reading
         status=rt.status, steps=len(rt.stats.ticks), sent=rt.stats.sent, missed=rt.stats.missed,
         interventions={str(k): int(v) for k, v in rt.safety.counts.items()},
         flags=flag_names(flags), stale=rt.status in ("stale", "lost"),
+        stale_camera=rt.status in ("stale_camera", "no_camera"),
         malformed=rejected.count, malformed_last=rejected.last_error,
         readings=readings, estop=rt.safety.state == "estop", monotonic=time.monotonic(),
     )

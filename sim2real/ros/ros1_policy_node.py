@@ -17,11 +17,14 @@ the ``robot`` entry of a parameter file written by :func:`robolearn.sim2real.ros
 
 Topics (under the namespace): ``joint_states`` in, ``command`` out, ``estop`` in (``true`` latches
 the runtime's e-stop: only the safe command from then on), ``policy_status`` out at about 10 Hz, a
-JSON object: ``status`` (``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``lost``, ``estop``,
-``exit``, ``stopped``), ``steps``, ``sent``, ``missed``, ``interventions`` (counts by kind),
-``flags`` (the last step's interventions), ``stale``, ``malformed`` (joint states rejected) and
-``malformed_last`` (the newest error), ``estop``; for a robot with cameras also ``images`` (good
-frames by camera), ``malformed_images`` and ``malformed_images_last``.
+JSON object: ``status`` (``idle``, ``ramp``, ``run``, ``hold``, ``stale``, ``stale_camera``,
+``no_camera``, ``lost``, ``estop``, ``exit``, ``stopped``: :attr:`DeployRuntime.status
+<robolearn.sim2real.deploy.runtime.DeployRuntime.status>`), ``steps``, ``sent``, ``missed``,
+``interventions`` (counts by kind), ``flags`` (the last step's interventions), ``stale`` (joint
+states stale or robot lost), ``stale_camera`` (held or not started for a camera frame that is not
+fresh or never came), ``malformed`` (joint states rejected) and ``malformed_last`` (the newest
+error), ``estop``; for a robot with cameras also ``images`` (good frames by camera),
+``malformed_images`` and ``malformed_images_last``.
 
 Cameras: each camera of the robot's features is read from ``<namespace>/<camera>/image_raw``
 (``sensor_msgs/Image``), or ``.../image_raw/compressed`` (``CompressedImage``) with

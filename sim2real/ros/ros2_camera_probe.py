@@ -193,7 +193,7 @@ def phase_loop(node: Any, work: Path, out: dict[str, Any]) -> None:
         res["cart_moved_m"] = abs(float(last.joint_pos[0]) - pos0)
         res["changed_pixels"] = float(np.mean(np.any(last.images[camera].image.astype(np.int16) != image0, axis=-1)))
         res["frames"] = robot.images_received[camera]
-        res["frame_after_state"] = last.images[camera].stamp >= first.images[camera].stamp
+        res["frame_after_state"] = last.images[camera].stamp > first.images[camera].stamp  # a newer frame came
     finally:
         if robot is not None:
             robot.disconnect()
