@@ -249,6 +249,25 @@ def test_frame_stack_restarts_after_a_hold(drq: tuple) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def test_a_new_run_restarts_the_frame_stack(drq: tuple) -> None:
+    """A second :meth:`DeployRuntime.run` is a new episode for the policy: its first frame fills the
+    stack, nothing of the first run's frames (nor of the exit damping's readings) is carried over.
+    """
+    _, out, _ = drq
+    robot = Scripted(_robot())
+    runtime = DeployRuntime(load_exported(out), robot, SafetyConfig(ramp_s=0.0, exit_s=0.02), clock=robot.inner.clock)
+    runtime.policy = rec = Recording(runtime.policy)
+    with robot:
+        runtime.run(steps=3)  # readings 1, 2, 3; then the exit damping reads on
+        assert runtime.status == "stopped" and robot.reads > 3
+        n = robot.reads
+        runtime.run(steps=2)
+    expected = [_stack(1, 1, 1), _stack(1, 1, 2), _stack(1, 2, 3), _stack(n + 1, n + 1, n + 1), _stack(n + 1, n + 1, n + 2)]
+    assert len(rec.fed) == len(expected)
+    for got, want in zip(rec.fed, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_image_adapter_stacks_chw_and_converts_colour() -> None:
     """A CHW, BGR input of 2 frames from an rgb8 camera: the channel swap, then the frames oldest first."""
     spec = _spec_with(camera="front")
