@@ -387,7 +387,9 @@ class WarpBackend(TensorStateViews):
                 raise ValueError("act: the model has no actuator activations (na = 0)")
             act = self._values(act, (k, self.model.na), "act")
         self._reset_mask.zero_()
-        self._reset_mask[ids] = True
+        # index_fill_ (ids are long, on the device: _ids) passes the value as a kernel argument;
+        # `x[ids] = True` would copy a host scalar first, a synchronising copy on CUDA per reset.
+        self._reset_mask.index_fill_(0, ids, True)
         with self._on_device():
             self._launch("reset", lambda: self._mjw.reset_data(self._m, self._d, reset=self._reset_wp))
         if qpos is not None:
@@ -397,7 +399,7 @@ class WarpBackend(TensorStateViews):
         if act is not None:
             self._act[ids] = act
         self._forward()
-        self._cfrc[ids] = 0.0
+        self._cfrc.index_fill_(0, ids, 0.0)
 
     # -- per-world model fields --------------------------------------------------------------
     def _field_array(self, field: str, expand: bool):  # noqa: ANN202 - a wp.array

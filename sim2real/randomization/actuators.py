@@ -231,7 +231,9 @@ class DelayedPDState(PDState):
         super().reset(env_ids)
         self.delay[env_ids] = draw_int(self.env, env_ids, self.low, self.high)
         self.env.record_drawn(self.key, env_ids, self.delay[env_ids])
-        self.pending[env_ids] = True
+        # index_fill_ passes True as a kernel argument: `pending[env_ids] = True` would copy a host
+        # scalar to the device first, a synchronising copy on CUDA in every reset.
+        self.pending.index_fill_(0, env_ids, True)
         self.any_pending = True
 
     def __call__(self, target: torch.Tensor, q: torch.Tensor, qd: torch.Tensor) -> torch.Tensor:
@@ -242,7 +244,7 @@ class DelayedPDState(PDState):
             ids = host_nonzero(self.pending)
             if ids is not None:
                 self.buffer[ids] = target[ids].unsqueeze(1)
-                self.pending[ids] = False
+                self.pending.index_fill_(0, ids, False)
             self.any_pending = False
         self.head = (self.head + 1) % self.depth
         self.buffer[:, self.head] = target
