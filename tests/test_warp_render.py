@@ -24,6 +24,7 @@ from robolearn.envs.camera import camera_rgb
 from robolearn.sim.render import BatchRenderer, FreeCamera
 from robolearn.sim.warp_render import WarpBatchRenderer
 from robolearn.tasks.classic.pixels import cartpole_swingup_pixels_cfg
+from robolearn.utils.hostsync import count_host_syncs
 
 SIZE = 48
 N = 3
@@ -186,3 +187,26 @@ def test_render_every_holds_the_warp_frames_as_the_opengl_path_does():
         assert torch.equal(warp_env.sim.qpos, gl_env.sim.qpos)  # the renderer does not touch the state
     want = [step % every == 0 for step in range(1, 8)]
     assert changed["gl"] == want and changed["warp"] == want, changed
+
+
+def test_a_warp_camera_term_keeps_the_due_worlds_without_a_host_sync():
+    """On the Warp path the due worlds are selected on the device (module doc of robolearn.envs.camera,
+    "Renderer"): with ``render_every=1`` a term call makes no host sync, a world that was not due
+    keeps its held frame, and with ``render_every=3`` one sync (any world due?) per call remains."""
+    n, size = 2, 16
+    e = BatchedEnv(cartpole_swingup_pixels_cfg(size=size), n, seed=0, backend="warp")
+    e.reset()
+    e.set_state(QPOS[:n], torch.zeros(n, 2, dtype=torch.float64))
+    held = camera_rgb(e, "fixed", size, size, renderer="warp")
+    # Move world 1 only, in place (no env call): world 0's state is the one already drawn.
+    e.sim.reset(torch.tensor([1]), QPOS[2:3], torch.zeros(1, 2, dtype=torch.float64))
+    with count_host_syncs() as profile:
+        moved = camera_rgb(e, "fixed", size, size, renderer="warp")
+    assert profile.count == 0, profile.format()
+    assert torch.equal(moved[0], held[0]) and not torch.equal(moved[1], held[1])
+    e.set_state(QPOS[:n], torch.zeros(n, 2, dtype=torch.float64))
+    with WarpBatchRenderer(e.sim, "fixed", size, size, modes=("rgb",)) as r:
+        assert torch.equal(camera_rgb(e, "fixed", size, size, renderer="warp"), r.render()["rgb"])
+    with count_host_syncs() as profile:
+        camera_rgb(e, "fixed", size, size, render_every=3, renderer="warp")
+    assert profile.count == 1, profile.format()

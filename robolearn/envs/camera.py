@@ -28,7 +28,10 @@ due, one after another into that context.
 Renderer. ``renderer="auto"`` (the default) draws with OpenGL, except on an env with
 ``backend="warp"`` on a CUDA device: there a model camera is drawn by MuJoCo Warp's batch ray
 tracer (:class:`~robolearn.sim.warp_render.WarpBatchRenderer`, one per camera, size, lighting and
-mode), every world in one call on the GPU, the frames staying there (no host copy); a
+mode), every world in one call on the GPU, the frames staying there (no host copy). The due worlds
+are kept by a mask, so with ``render_every=1`` such a term does not sync with the host; with
+``render_every > 1`` it syncs with the host once per call, to learn whether any world is due and
+draw nothing when none is (an OpenGL term syncs once per call for its world list). A
 :class:`~robolearn.sim.render.FreeCamera`, the free camera ``-1`` and ``reflections=True`` (which
 Warp does not draw) stay on OpenGL. On Warp's CPU device ``auto`` keeps OpenGL (the ray tracer is
 no faster there, ``benchmarks/render_throughput.py --warp --warp-cpu``, and the frames then match
@@ -53,7 +56,7 @@ import numpy as np
 import torch
 
 from robolearn.envs.cfg import ObsGroup, ObsTerm, TaskCfg
-from robolearn.envs.sync import host_nonzero, to_host
+from robolearn.envs.sync import host_count, host_nonzero, to_host
 from robolearn.spec.image_ops import CameraIntrinsics
 
 if TYPE_CHECKING:
@@ -263,18 +266,13 @@ def _frames(
     )
     due = (steps % every == 0) if every > 1 else torch.ones_like(same)
     need = (due & ~same) | (stamp[:, 0] < 0)
+    if warp:
+        _warp_frames(env, (camera, kind, width, height, shadows), every, need, (frames, stamp, qpos_at, epoch_at))
+        return frames.clone()
     # Rendering runs on the host anyway (it reads each world's MjData): one sync for the world list,
     # through the env's documented sync point.
     ids = host_nonzero(need)
-    if ids is not None and warp:
-        # Every world in one call on the device; the due ones are kept (the others' frames are held).
-        frame = _warp_renderer(env, camera, kind, width, height, shadows).render()[kind]  # type: ignore[arg-type]
-        if kind == "depth":
-            frame = frame.unsqueeze(-1)
-        elif kind == "segmentation":
-            frame = torch.where(frame[..., 1:2] == _GEOM, frame[..., 0:1], -1)
-        frames[ids] = frame[ids].to(env.device)
-    elif ids is not None:
+    if ids is not None:
         gl = _renderer(env, width, height, shadows, reflections)
         drawn = gl.render(env.sim, [int(i) for i in to_host(ids)], camera=camera, mode=kind)
         if kind == "depth":
@@ -283,16 +281,46 @@ def _frames(
             # Keep geom ids only: other objects drawn (sites, tendons, decorations) read as -1.
             drawn = np.where(drawn[..., 1:2] == _GEOM, drawn[..., 0:1], -1).astype(np.int32)
         frames[ids] = torch.from_numpy(drawn).to(env.device)
-    if ids is not None:
-        # Both renderers: the drawn worlds' state, so that they are held until due again. In-place
-        # index ops with device indices: a Python scalar assigned through ``x[ids] = v`` would cost
-        # a host-to-device copy (a sync on CUDA).
+        # The drawn worlds' state, so that they are held until due again. In-place index ops with
+        # device indices: a Python scalar assigned through ``x[ids] = v`` would cost a host-to-device
+        # copy (a sync on CUDA).
         stamp[:, 0].index_fill_(0, ids, env.common_step_counter)
         stamp[:, 1].index_copy_(0, ids, steps[ids])
         qpos_at.index_copy_(0, ids, qpos[ids].to(qpos_at.dtype))
         epoch_at.index_copy_(0, ids, epoch[ids])
     # A copy: the buffer is overwritten in place by later renders, an observation never changes.
     return frames.clone()
+
+
+def _warp_frames(
+    env: BatchedEnv,
+    key: tuple[str | int, str, int, int, bool],
+    every: int,
+    need: torch.Tensor,
+    held: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+) -> None:
+    """Redraw the worlds of ``need`` of a Warp camera term into its held ``(frames, stamp, qpos,
+    epoch)`` buffers, without leaving the device when ``every == 1`` (module doc, "Renderer").
+
+    The renderer draws every world in one call whatever the mask, so the due worlds are selected by
+    ``torch.where`` rather than by an index list read back to the host. With ``every > 1`` one host
+    sync asks whether any world is due: on the steps in between the call then draws nothing.
+    """
+    frames, stamp, qpos_at, epoch_at = held
+    if every > 1 and host_count(need) == 0:
+        return
+    camera, kind, width, height, shadows = key
+    frame = _warp_renderer(env, camera, kind, width, height, shadows).render()[kind]  # type: ignore[arg-type]
+    if kind == "depth":
+        frame = frame.unsqueeze(-1)
+    elif kind == "segmentation":
+        frame = torch.where(frame[..., 1:2] == _GEOM, frame[..., 0:1], -1)
+    frames.copy_(torch.where(need[:, None, None, None], frame.to(env.device), frames))
+    stamp[:, 0].masked_fill_(need, env.common_step_counter)
+    stamp[:, 1].copy_(torch.where(need, env.episode_length, stamp[:, 1]))
+    qpos_at.copy_(torch.where(need[:, None], env.sim.qpos.to(qpos_at.dtype), qpos_at))
+    epoch = env.buffer(_VISUAL_EPOCH, (), torch.long)
+    epoch_at.copy_(torch.where(need, epoch, epoch_at))
 
 
 # -- observation terms -----------------------------------------------------------------------------
