@@ -339,7 +339,8 @@ def _deploy_ros(cfg: DeployConfig, folder: Path, out: Path) -> int:
     policy = load_exported(folder, cfg.format)
     manifest = policy.manifest
     problems = check_robot(manifest.spec, manifest.obs_groups, features, cfg.rate, images=manifest.images,
-                           cameras=dict(cfg.camera) or None)
+                           cameras=dict(cfg.camera) or None,
+                           camera_stale_timeout_s=cfg.safety.camera_stale_timeout_s)
     if problems:
         raise DeployMismatch(problems)
     module = f"robolearn.sim2real.ros.{cfg.robot}_policy_node"
