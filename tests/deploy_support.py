@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 import robolearn
 from robolearn.export import export_policy
+from robolearn.sim2real.robots import Reading, Robot, RobotFeatures
 
 LQR_GAINS = (-0.92652558, -7.44385219, -1.13037537, -1.77949797)
 """``K`` of ``u = -K [x, theta, x_dot, theta_dot]`` (computed as the module doc says)."""
@@ -38,3 +40,31 @@ def export_cartpole_lqr(out: Path, task: str = "Cartpole-Balance", formats: tupl
     spec = robolearn.make(task, 1, seed=0).policy_spec()
     export_policy(lqr_network(), spec, out, formats, parity_samples=16)
     return out
+
+
+class DescribedRobot(Robot):
+    """A robot that only describes itself: the runtime under test must refuse it before it reads or sends."""
+
+    def __init__(self, features: RobotFeatures) -> None:
+        """``features``: what the robot declares."""
+        self.features = features
+
+    def connect(self) -> None:
+        """Nothing to open."""
+
+    def disconnect(self) -> None:
+        """Nothing to close."""
+
+    @property
+    def is_connected(self) -> bool:
+        """Always connected."""
+        return True
+
+    def read(self) -> Reading | None:
+        """No readings."""
+        return None
+
+    def send(self, command: np.ndarray) -> np.ndarray:
+        """A refused runtime must never get here."""
+        raise AssertionError("a refused runtime must never send")
+

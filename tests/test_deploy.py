@@ -25,9 +25,9 @@ from robolearn.sim2real.deploy.observations import ObservationAdapter
 from robolearn.sim2real.deploy.policy import PolicyLoadError, load_exported
 from robolearn.sim2real.deploy.runtime import DeployMismatch, DeployRuntime, check_robot
 from robolearn.sim2real.deploy.safety import Intervention, SafetyConfig
-from robolearn.sim2real.robots.base import Reading, Robot, RobotFeatures, RobotSpecError
+from robolearn.sim2real.robots.base import Reading, RobotFeatures, RobotSpecError
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
-from tests.deploy_support import LQR_GAINS, export_cartpole_lqr
+from tests.deploy_support import LQR_GAINS, DescribedRobot, export_cartpole_lqr
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,24 +107,8 @@ def test_each_mismatch_is_refused_and_named(lqr: Path, changes: dict, expected: 
     for text in expected:
         assert any(text in p for p in problems), (text, problems)
 
-    class Described(Robot):
-        def __init__(self) -> None:
-            self.features = features
-
-        def connect(self) -> None: ...
-        def disconnect(self) -> None: ...
-        @property
-        def is_connected(self) -> bool:
-            return True
-
-        def read(self) -> Reading | None:
-            return None
-
-        def send(self, command: np.ndarray) -> np.ndarray:
-            raise AssertionError("a refused runtime must never send")
-
     with pytest.raises(DeployMismatch) as info:
-        DeployRuntime(load_exported(lqr), Described())
+        DeployRuntime(load_exported(lqr), DescribedRobot(features))
     assert info.value.problems == problems
 
 

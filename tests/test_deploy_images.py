@@ -34,6 +34,7 @@ from robolearn.sim2real.robots.base import CameraFeature, CameraFrame, Reading, 
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
 from robolearn.spec import PolicySpec
 from robolearn.spec.manifest import ImageInputSpec
+from tests.deploy_support import DescribedRobot
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "Cartpole-Swingup-Pixels"
@@ -476,23 +477,8 @@ def test_camera_mismatches_are_refused_naming_the_camera_and_field(drq: tuple) -
     assert problems(base.cameras, {"pixels": "fixed"}) == [
         "cameras: ['pixels'] name no image input of the policy (its image inputs: ['image'])"]
 
-    class NoCamera(Robot):
-        features = dataclasses.replace(base, cameras={})
-
-        def connect(self) -> None: ...
-        def disconnect(self) -> None: ...
-        @property
-        def is_connected(self) -> bool:
-            return True
-
-        def read(self) -> Reading | None:
-            return None
-
-        def send(self, command: np.ndarray) -> np.ndarray:
-            raise AssertionError("a refused runtime must never send")
-
     with pytest.raises(DeployMismatch, match=r"images.image: reads camera 'fixed'"):
-        DeployRuntime(load_exported(out), NoCamera())
+        DeployRuntime(load_exported(out), DescribedRobot(dataclasses.replace(base, cameras={})))
 
 
 def test_a_camera_too_slow_for_the_stale_timeout_is_refused(drq: tuple) -> None:

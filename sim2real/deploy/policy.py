@@ -146,15 +146,7 @@ def load_exported(path: str | os.PathLike[str], fmt: str = "onnx") -> ExportedPo
     if manifest.has_images:
         return _load_image_policy(policy, network, folder)
     if fmt == "onnx":
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise PolicyLoadError("onnxruntime is not installed: pip install 'robolearn[export]'") from None
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        session = ort.InferenceSession(str(network), options, providers=["CPUExecutionProvider"])
+        session = _onnx_session(network)
         _check_onnx_width(session, policy, folder)
         if manifest.chunked:
             policy._run = _onnx_sampler(session, manifest, folder)
@@ -290,6 +282,21 @@ def _onnx_recurrent(session: Any, policy: ExportedPolicy) -> Any:
     return run
 
 
+def _onnx_session(network: Path) -> Any:
+    """An ONNX Runtime session on ``network``: CPU, one thread, sequential (a deployed step must not
+    compete with the control loop for cores).
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise PolicyLoadError("onnxruntime is not installed: pip install 'robolearn[export]'") from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(network), options, providers=["CPUExecutionProvider"])
+
+
 def _load_image_policy(policy: ExportedPolicy, network: Path, folder: Path) -> ExportedPolicy:
     """Open an image policy's network (ONNX Runtime, one thread; or TorchScript), an ONNX graph's
     inputs checked against the manifest (names, uint8 images of the declared shapes, the obs width),
@@ -299,15 +306,7 @@ def _load_image_policy(policy: ExportedPolicy, network: Path, folder: Path) -> E
     names = input_names(manifest.images, manifest.obs_dim)
     has_obs = manifest.obs_dim > 0
     if policy.fmt == "onnx":
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise PolicyLoadError("onnxruntime is not installed: pip install 'robolearn[export]'") from None
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        session = ort.InferenceSession(str(network), options, providers=["CPUExecutionProvider"])
+        session = _onnx_session(network)
         got = {i.name: i for i in session.get_inputs()}
         if list(got) != names:
             raise PolicyLoadError(f"policy={folder}: the network's inputs are {list(got)}, the manifest's {names} "
