@@ -320,7 +320,8 @@ class ObservationManager:
 
     def restart_histories(self) -> None:
         """Forget every flat group's history window, so the next frame fills it (every world starts
-        an episode: :meth:`BatchedEnv.reset`). Image stacks restart on their own at episode step 0."""
+        an episode: :meth:`BatchedEnv.reset`). Image stacks restart on their own at episode step 0.
+        """
         for p in self.processors.values():
             if p.history is not None:
                 p.history.reset()
