@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine_line  # noqa: E402  (benchmarks/ is not a package)
+from machine import call_times, machine_line  # noqa: E402  (benchmarks/ is not a package)
 
 from robolearn.sim2real.ros.images import compressed_to_numpy, fill_compressed, fill_image, image_to_numpy
 from robolearn.spec.image_ops import (
@@ -47,13 +46,7 @@ from robolearn.spec.image_ops import (
 
 def median_time(fn: Callable[[], object], repeats: int) -> float:
     """Median seconds of ``repeats`` calls of ``fn`` after one untimed warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return float(np.median(call_times(fn, repeats)))
 
 
 def pipelines(big_batch: int, small_batch: int, repeats: int) -> list[tuple[str, str, float]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,3 +28,14 @@ def machine_line(versions: dict[str, str] | None = None) -> str:
     return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load}; Python "
             f"{platform.python_version()}, torch {torch.__version__}{libs}; commit {commit}; OMP_NUM_THREADS="
             f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}, torch threads {torch.get_num_threads()}")
+
+
+def call_times(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls of ``fn``, after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times

@@ -31,7 +31,7 @@ import argparse
 import json
 import os
 import platform
-import time
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,16 +41,13 @@ from robolearn.envs import BatchedEnv
 from robolearn.sim.render import BatchRenderer
 from robolearn.tasks.classic.pixels import cartpole_swingup_pixels_cfg
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import call_times  # noqa: E402  (benchmarks/ is not a package)
+
 
 def _best(fn: Callable[[], object], repeats: int) -> float:
     """Seconds of the fastest of ``repeats`` calls of ``fn`` after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(call_times(fn, repeats))
 
 
 def measure(size: int, worlds: int, steps: int, repeats: int) -> dict[str, float]:
