@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,6 +88,10 @@ def test_run_directory_contents(tmp_path):
     # two eval worlds, one episode each: a success rate is a count over two
     assert float(rows[-1]["eval/success_rate"]) in (0.0, 0.5, 1.0)
     assert len(runner.checkpoints.checkpoints()) == 1  # checkpoint_interval 20 > 4 updates: only the final one
+    # training seconds so far on every row (the benchmark's wall-clock axis): growing, ending at the summary's
+    seconds = [float(r["time/train_s"]) for r in rows]
+    assert seconds[0] > 0 and bool(np.all(np.diff(seconds) > 0)), seconds
+    assert seconds[-1] == pytest.approx(summary["train_time_s"])
 
 
 def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path):
@@ -138,3 +143,8 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(tmp_path):
     a = json.loads((tmp_path / "a" / "run" / "summary.json").read_text())
     b = json.loads((tmp_path / "b" / "run" / "summary.json").read_text())
     assert a["final_eval_return"] == b["final_eval_return"] and a["env_steps"] == b["env_steps"]
+    # the training seconds carry over the resume: no row after it restarts from zero
+    with (tmp_path / "b" / "run" / "metrics.csv").open() as fh:
+        seconds = [float(r["time/train_s"]) for r in csv.DictReader(fh)]
+    assert bool(np.all(np.diff(seconds) > 0)), seconds
+    assert seconds[-1] == pytest.approx(b["train_time_s"])

@@ -330,6 +330,9 @@ class BaseRunner:
                 metrics[self.unit] = float(self.steps)
                 metrics["train/skipped_updates"] = float(self.skipped_updates)
                 metrics[f"time/{self.unit}_per_s"] = self.steps / max(self.train_time, 1e-9)
+                # Training seconds so far (evaluations, checkpoints and logging left out; carried over
+                # a resume): the x axis of wall-clock-to-threshold comparisons (robolearn.benchmark).
+                metrics["time/train_s"] = self.train_time
                 logger.log(metrics, step=self.steps)
                 if self.dist is not None:
                     self._agree(interrupt)
