@@ -44,6 +44,7 @@ GROUPS: dict[str, str] = {
     "logging": "robolearn.logging",
     "export": "robolearn.export",
     "analysis": "robolearn.analysis",
+    "benchmark": "robolearn.benchmark",
     "cli": "robolearn.cli",
     "tasks": "robolearn.tasks",
     "assets": "robolearn.assets",
@@ -85,6 +86,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "export": frozenset({"nn", "spec", "types", "utils"}),
     # robolearn compare reads finished run directories (files only): no runner, algorithm or env.
     "analysis": frozenset({"logging", "utils"}),
+    # robolearn benchmark runs training in subprocesses (robolearn train, the SB3 side through the
+    # SB3 adapter of envs) and reports from run directories with analysis: never a runner or algorithm.
+    "benchmark": frozenset({"analysis", "envs", "logging", "types", "utils"}),
     "cli": EVERYTHING,
     "tasks": frozenset({"envs", "sim", "sim2real.randomization", "assets"}),
     "assets": frozenset(),
