@@ -1,0 +1,613 @@
+"""Running a benchmark table: the runs, their order, their state, and their subprocesses.
+
+Every (entry, library, seed) of a :class:`~robolearn.benchmark.table.Table` is one run with its own
+run directory ``<out>/<entry id>/<lib>/seed<S>``. :func:`plan` lists them interleaved: seed-major,
+then entries in table order, the libraries rotated by seed, so a slow hour of the machine (another
+job, thermal throttling) falls on every library alike and no library always starts first.
+
+:func:`run_state` reads a run directory: **done** (``summary.json`` with ``env_steps`` >= the
+budget), **resume** (a checkpoint: robolearn's ``checkpoints/ckpt_*.pt``, SB3's ``sb3_checkpoint/``),
+or **fresh** (nothing to keep: partial files are removed before it starts). :func:`run_benchmark`
+executes the runs that are not done as subprocesses (``robolearn train`` and
+``python -m robolearn.benchmark.sb3_run``), one torch/OpenMP thread each, ``jobs`` at a time, each
+one's output in ``<run dir>/benchmark.log``; it appends one line per finished run to
+``<out>/runs.jsonl``. A failed run is reported and the others go on. Ctrl-C or SIGTERM asks the
+children to stop (they checkpoint); running the same command again resumes them.
+
+``<out>/table.json`` holds the resolved table of the first run; an output folder of another table
+is refused unless the new table is a compatible superset of it (same runs, more of them), so runs of
+different settings never mix in one folder. ``<out>/.benchmark.lock`` keeps a second ``benchmark
+run`` out of a folder while one works in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import enum
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from robolearn.benchmark.table import SB3_LIBS, Entry, Table, TableError, table_from_dict
+
+log = logging.getLogger(__name__)
+
+TABLE_FILE = "table.json"
+"""The resolved table of an output folder."""
+RUNS_FILE = "runs.jsonl"
+"""One JSON line per finished run (entry, lib, seed, exit status, wall seconds, load average)."""
+LOCK_FILE = ".benchmark.lock"
+"""Held by the ``benchmark run`` working in an output folder."""
+LOG_FILE = "benchmark.log"
+"""A run's subprocess output, in its run directory."""
+SB3_CHECKPOINT = "sb3_checkpoint"
+"""Folder of an SB3 run's checkpoint (written by :mod:`robolearn.benchmark.sb3_run`)."""
+THREAD_ENV: dict[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+"""Environment of every run: one thread each, so ``jobs`` runs share the cores evenly."""
+
+
+class RunState(enum.Enum):
+    """What a run directory holds."""
+
+    DONE = "done"
+    """Finished its budget: skipped."""
+    RESUME = "resume"
+    """A checkpoint to continue from."""
+    FRESH = "fresh"
+    """Nothing to keep: started from scratch (partial files removed first)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One (entry, library, seed) of a table and its run directory."""
+
+    entry: Entry
+    """The table entry."""
+    lib: str
+    """The library id (``robolearn``, ``sb3_default``, ``sb3_zoo``)."""
+    seed: int
+    """The seed."""
+    run_dir: Path
+    """``<out>/<entry id>/<lib>/seed<S>``."""
+
+    @property
+    def name(self) -> str:
+        """``<entry id>/<lib>/seed<S>``, the run's name in messages."""
+        return f"{self.entry.id}/{self.lib}/seed{self.seed}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """A finished subprocess: one line of ``runs.jsonl``."""
+
+    entry: str
+    lib: str
+    seed: int
+    run_dir: str
+    state: str
+    """The state it started from (``fresh`` or ``resume``)."""
+    returncode: int
+    """The subprocess's exit status (130: interrupted, after a checkpoint)."""
+    wall_s: float
+    """Seconds from start to exit."""
+    load_before: tuple[float, ...]
+    """The machine's 1, 5 and 15 minute load averages when it started."""
+    load_after: tuple[float, ...]
+    """The same when it ended."""
+    started: str
+    """UTC start time (ISO 8601)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a JSON object."""
+        out = dataclasses.asdict(self)
+        out["load_before"], out["load_after"] = list(self.load_before), list(self.load_after)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkResult:
+    """What :func:`run_benchmark` did."""
+
+    planned: list[tuple[Run, RunState]]
+    """Every selected run with the state it had before anything ran (all of them for a dry run)."""
+    records: list[RunRecord]
+    """The runs executed, in the order they ended."""
+    interrupted: bool
+    """Stopped by SIGINT/SIGTERM before every run ended."""
+
+    @property
+    def failed(self) -> list[RunRecord]:
+        """Runs that exited with a non-zero status."""
+        return [r for r in self.records if r.returncode != 0]
+
+    @property
+    def exit_status(self) -> int:
+        """0 when every executed run succeeded; 130 when interrupted; 1 when a run failed."""
+        if self.interrupted:
+            return 130
+        return 1 if self.failed else 0
+
+
+Launcher = Callable[[Sequence[str], IO[bytes], Mapping[str, str]], "subprocess.Popen[bytes]"]
+"""Starts a run's command with its output going to the log file and its environment; the default
+is :func:`launch`. Tests wrap it to count or stand in for launches."""
+
+
+# -- the runs ---------------------------------------------------------------------------------
+def plan(
+    table: Table,
+    out: Path,
+    entries: Sequence[str] | None = None,
+    libs: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> list[Run]:
+    """The table's runs in execution order, optionally only some entries, libraries and seeds.
+
+    The order is seed-major; within a seed, entries in table order; within an entry, the table's
+    libraries rotated by the seed's position in the table (seed 0 of ``[robolearn, sb3_default]``
+    runs robolearn first, seed 1 SB3 first), so runs of the same seed and entry run side by side
+    under ``jobs=2`` and neither library always has the quieter machine.
+
+    Raises:
+        TableError: a filter names an entry, library or seed the table does not have.
+    """
+    chosen_entries = _subset("entries", entries, table.ids, table)
+    chosen_libs = _subset("libs", libs, table.libs, table)
+    chosen_seeds = _subset("seeds", seeds, table.seeds, table)
+    runs = []
+    for k, seed in enumerate(table.seeds):
+        if seed not in chosen_seeds:
+            continue
+        shift = k % len(table.libs)
+        rotated = table.libs[shift:] + table.libs[:shift]
+        for entry in table.entries:
+            if entry.id not in chosen_entries:
+                continue
+            for lib in entry.libs(rotated):
+                if lib in chosen_libs:
+                    runs.append(Run(entry, lib, seed, run_dir(out, entry.id, lib, seed)))
+    return runs
+
+
+def _subset(field: str, chosen: Sequence[Any] | None, available: Sequence[Any], table: Table) -> tuple[Any, ...]:
+    """``chosen`` checked against ``available`` (all of them when ``None``)."""
+    if chosen is None:
+        return tuple(available)
+    unknown = [c for c in chosen if c not in available]
+    if unknown:
+        raise TableError(
+            f"{field}={','.join(map(str, chosen))}: expected {field} of table {table.name!r} "
+            f"({', '.join(map(str, available))}), got {unknown[0]!r}"
+        )
+    return tuple(chosen)
+
+
+def run_dir(out: Path, entry_id: str, lib: str, seed: int) -> Path:
+    """The run directory ``<out>/<entry id>/<lib>/seed<S>``."""
+    return Path(out) / entry_id / lib / f"seed{seed}"
+
+
+def summary_env_steps(path: Path) -> int | None:
+    """``env_steps`` of ``path/summary.json``; ``None`` if there is no readable summary."""
+    try:
+        data = json.loads((path / "summary.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    steps = data.get("env_steps") if isinstance(data, dict) else None
+    return int(steps) if isinstance(steps, (int, float)) and not isinstance(steps, bool) else None
+
+
+def has_checkpoint(run: Run) -> bool:
+    """Whether the run directory holds a checkpoint its library resumes from."""
+    if run.lib in SB3_LIBS:
+        folder = run.run_dir / SB3_CHECKPOINT
+        return folder.is_dir() and any(folder.iterdir())
+    return any((run.run_dir / "checkpoints").glob("ckpt_*.pt"))
+
+
+def run_state(run: Run) -> RunState:
+    """Done (a summary with the full budget), resume (a checkpoint) or fresh (see the module doc).
+
+    A summary short of the budget (the table's budget was raised) with a checkpoint resumes: the
+    run continues to the new budget in the same directory.
+    """
+    steps = summary_env_steps(run.run_dir)
+    if steps is not None and steps >= run.entry.env_steps:
+        return RunState.DONE
+    return RunState.RESUME if has_checkpoint(run) else RunState.FRESH
+
+
+def command(run: Run, table: Table, state: RunState) -> list[str]:
+    """The subprocess command line of ``run`` starting from ``state`` (fresh or resume)."""
+    entry = run.entry
+    if run.lib == "robolearn":
+        quiet = ["runner.video=false", "runner.console=false", "runner.tensorboard=false", "torch_threads=1"]
+        train = [sys.executable, "-m", "robolearn.cli", "train"]
+        if state is RunState.RESUME:
+            # The run's config.json fixes the recipe and seed; only the budget and the quiet flags change.
+            return [*train, f"resume={run.run_dir}", f"total_env_steps={entry.env_steps}", *quiet]
+        return [
+            *train, f"experiment={entry.experiment}", f"seed={run.seed}", f"run_dir={run.run_dir}",
+            f"total_env_steps={entry.env_steps}", *quiet,
+        ]
+    # SB3: the same command starts or resumes (sb3_run continues from <out>/sb3_checkpoint itself).
+    if run.lib == "sb3_zoo":
+        zoo = entry.sb3.zoo
+        if zoo is None:
+            raise TableError(f"{run.name}: entry {entry.id} has no sb3.zoo hyperparameters")
+        kwargs, n_envs, normalize = zoo.kwargs, zoo.n_envs, zoo.normalize
+    else:
+        kwargs, n_envs, normalize = entry.sb3.default, entry.sb3.n_envs, False
+    cmd = [
+        sys.executable, "-m", "robolearn.benchmark.sb3_run",
+        "--task", entry.task, "--algo", entry.algo, "--lib", run.lib, "--seed", str(run.seed),
+        "--env-steps", str(entry.env_steps), "--eval-every", str(entry.eval_every),
+        "--eval-episodes", str(table.eval_episodes), "--out", str(run.run_dir),
+        "--kwargs", json.dumps(kwargs, sort_keys=True), "--n-envs", str(n_envs),
+    ]
+    return [*cmd, "--normalize"] if normalize else cmd
+
+
+def run_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a run: ``base`` (default: this process's) with one thread per library
+    and unbuffered Python output (the log shows progress as it happens).
+    """
+    env = dict(os.environ if base is None else base)
+    env.update(THREAD_ENV)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def launch(cmd: Sequence[str], log_file: IO[bytes], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` with stdout and stderr into ``log_file``, in a session of its own.
+
+    Its own session: a Ctrl-C in the terminal reaches only the benchmark, which then asks each
+    child once to stop (a child seeing the terminal's Ctrl-C too would take the forwarded one as a
+    second Ctrl-C and stop without its checkpoint).
+    """
+    return subprocess.Popen(
+        list(cmd), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+        start_new_session=True,
+    )
+
+
+# -- the output folder ------------------------------------------------------------------------
+def table_problems(old: Mapping[str, Any], new: Table) -> list[str]:
+    """Why ``new`` cannot run into an output folder whose ``table.json`` holds ``old`` (empty: it can).
+
+    ``new`` may add entries, seeds and libraries, raise a budget (done runs then resume to it) and
+    change what only the report reads (name, thresholds, the Zoo's reference); everything that
+    decides how an existing run trains must be the same.
+    """
+    try:
+        previous = table_from_dict(old, TABLE_FILE, check_files=False)
+    except TableError as exc:
+        return [f"its {TABLE_FILE} cannot be read as a table ({exc})"]
+    problems = []
+    missing_seeds = [s for s in previous.seeds if s not in new.seeds]
+    if missing_seeds:
+        problems.append(f"seeds {missing_seeds} of the folder are not in the new table")
+    missing_libs = [lib for lib in previous.libs if lib not in new.libs]
+    if missing_libs:
+        problems.append(f"libs {missing_libs} of the folder are not in the new table")
+    if previous.eval_episodes != new.eval_episodes:
+        problems.append(f"eval_episodes was {previous.eval_episodes}, now {new.eval_episodes}")
+    for before in previous.entries:
+        if before.id not in new.ids:
+            problems.append(f"entry {before.id} of the folder is not in the new table")
+            continue
+        after = new.entry(before.id)
+        for field in ("task", "algo", "experiment", "eval_every", "sb3"):
+            if getattr(before, field) != getattr(after, field):
+                problems.append(f"entry {before.id}: {field} was {getattr(before, field)!r}, now {getattr(after, field)!r}")
+        if after.env_steps < before.env_steps:
+            problems.append(f"entry {before.id}: env_steps was {before.env_steps}, now {after.env_steps} (a budget may only grow)")
+    return problems
+
+
+def check_out(table: Table, out: Path) -> Mapping[str, Any] | None:
+    """Check that ``table`` may run into ``out``; return the folder's previous table (``None`` if new).
+
+    Raises:
+        TableError: ``out`` holds runs of another table that ``table`` does not extend (the
+            differences are listed), or a ``table.json`` that cannot be read.
+    """
+    path = Path(out) / TABLE_FILE
+    if not path.exists():
+        stray = [p.name for p in Path(out).iterdir()] if Path(out).is_dir() else []
+        if any(e.id in stray for e in table.entries):
+            # Run folders without a table.json: not ours to delete or extend.
+            raise TableError(
+                f"out={out}: holds run folders ({', '.join(sorted(s for s in stray if s in table.ids))}) but no {TABLE_FILE}; "
+                "pick a new out folder (the benchmark only continues folders it started)"
+            )
+        return None
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TableError(f"out={out}: {path} cannot be read as JSON ({exc})") from None
+    problems = table_problems(old, table)
+    if problems:
+        name = old.get("name") if isinstance(old, dict) else None
+        raise TableError(
+            f"out={out} holds runs of table {name!r} ({path}) and table {table.name!r} is not a compatible "
+            f"superset of it: {'; '.join(problems)}. Use another out folder, or run the folder's own table "
+            "(a table may add entries, seeds and libraries and raise budgets, not change existing runs)"
+        )
+    return old
+
+
+def write_table(table: Table, out: Path) -> None:
+    """Write the resolved table as ``<out>/table.json`` (atomically)."""
+    path = Path(out) / TABLE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table.to_dict(), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def out_lock(out: Path) -> Iterator[None]:
+    """Hold ``<out>/.benchmark.lock`` (``O_EXCL``): a second ``benchmark run`` into ``out`` is refused
+    while this one works; a lock of a process that is gone is taken over.
+
+    Raises:
+        TableError: another live process holds the lock.
+    """
+    path = Path(out) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(path.read_text().strip() or -1)
+            except (OSError, ValueError):
+                pid = -1
+            if pid > 0 and _alive(pid):
+                raise TableError(
+                    f"out={out}: another `robolearn benchmark run` (process {pid}) works in this folder; wait for it, "
+                    f"or remove {path} if that process is gone"
+                ) from None
+            log.warning("%s: taking over the lock of process %d, which no longer runs", path, pid)
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+        break
+    else:
+        raise TableError(f"out={out}: could not acquire {path}")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_run_dir(run: Run, out: Path) -> None:
+    """Remove a fresh run's partial files: its whole directory, which only the benchmark writes."""
+    path = run.run_dir.resolve()
+    if Path(out).resolve() not in path.parents:  # a guard: never delete outside the output folder
+        raise RuntimeError(f"{path} is not inside {out}")
+    if path.exists():
+        shutil.rmtree(path)
+
+
+# -- execution --------------------------------------------------------------------------------
+def run_benchmark(
+    table: Table,
+    out: Path | str,
+    *,
+    jobs: int = 1,
+    entries: Sequence[str] | None = None,
+    libs: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    dry_run: bool = False,
+    progress: bool = False,
+    launcher: Launcher = launch,
+    poll_s: float = 0.2,
+) -> BenchmarkResult:
+    """Run the table's runs that are not done into ``out`` (see the module doc).
+
+    Args:
+        table: the table (:func:`~robolearn.benchmark.table.load_table`).
+        out: the output folder.
+        jobs: runs at a time.
+        entries: run only these entry ids (default: all of the table's).
+        libs: run only these libraries (default: the table's).
+        seeds: run only these seeds (default: the table's).
+        dry_run: only plan: nothing is written or started.
+        progress: show a progress bar over the runs on stderr.
+        launcher: starts a run's subprocess (:func:`launch`).
+        poll_s: seconds between checks of the running subprocesses.
+
+    Raises:
+        TableError: a filter the table does not have, an output folder of another table, or one in
+            use by another ``benchmark run``; nothing has run then.
+    """
+    if jobs < 1:
+        raise TableError(f"jobs={jobs}: expected an integer >= 1")
+    out = Path(out)
+    runs = plan(table, out, entries, libs, seeds)
+    check_out(table, out)
+    if dry_run:
+        return BenchmarkResult([(r, run_state(r)) for r in runs], [], False)
+    with out_lock(out):
+        old = check_out(table, out)  # again under the lock: another process may have written it meanwhile
+        if old != table.to_dict():
+            write_table(table, out)
+        planned = [(r, run_state(r)) for r in runs]
+        todo = [(r, s) for r, s in planned if s is not RunState.DONE]
+        records, interrupted = _execute(table, out, todo, len(planned), jobs, progress, launcher, poll_s)
+    return BenchmarkResult(planned, records, interrupted)
+
+
+@dataclasses.dataclass
+class _Active:
+    """A running subprocess and what its record needs."""
+
+    run: Run
+    state: RunState
+    proc: subprocess.Popen[bytes]
+    log_file: IO[bytes]
+    start: float
+    load: tuple[float, ...]
+    started: str
+
+
+def _execute(
+    table: Table,
+    out: Path,
+    todo: list[tuple[Run, RunState]],
+    total: int,
+    jobs: int,
+    progress: bool,
+    launcher: Launcher,
+    poll_s: float,
+) -> tuple[list[RunRecord], bool]:
+    """Run ``todo`` ``jobs`` at a time; return the records and whether a signal stopped it."""
+    from tqdm import tqdm
+
+    pending = deque(todo)
+    active: list[_Active] = []
+    records: list[RunRecord] = []
+    env = run_env()
+    bar = tqdm(total=total, initial=total - len(todo), desc=f"benchmark {table.name}", unit="run",
+               disable=not progress, file=sys.stderr)
+    with _Signals() as stop:
+        try:
+            while active or (pending and not stop.count):
+                while pending and len(active) < jobs and not stop.count:
+                    run, state = pending.popleft()
+                    active.append(_start(run, state, table, out, env, launcher))
+                for item in [a for a in active if a.proc.poll() is not None]:
+                    active.remove(item)
+                    record = _finish(item, out)
+                    records.append(record)
+                    bar.update(1)
+                    bar.set_postfix_str(f"{record.entry}/{record.lib}/seed{record.seed}: exit {record.returncode}")
+                stop.forward([a.proc for a in active])
+                if active:
+                    time.sleep(poll_s)
+        finally:
+            for item in active:  # an exception in here: no child outlives the benchmark
+                item.proc.kill()
+                item.proc.wait()
+                item.log_file.close()
+            bar.close()
+    return records, stop.count > 0
+
+
+def _start(run: Run, state: RunState, table: Table, out: Path, env: Mapping[str, str], launcher: Launcher) -> _Active:
+    """Prepare the run directory and start the run's subprocess."""
+    if state is RunState.FRESH:
+        clear_run_dir(run, out)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = command(run, table, state)
+    log_file = open(run.run_dir / LOG_FILE, "ab")  # noqa: SIM115 - closed in _finish, after the process exits
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    log_file.write(f"# {started} {state.value}: {' '.join(cmd)}\n".encode())
+    log_file.flush()
+    log.info("starting %s (%s)", run.name, state.value)
+    load = os.getloadavg()
+    start = time.perf_counter()
+    try:
+        proc = launcher(cmd, log_file, env)
+    except BaseException:
+        log_file.close()
+        raise
+    return _Active(run, state, proc, log_file, start, tuple(load), started)
+
+
+def _finish(item: _Active, out: Path) -> RunRecord:
+    """Record an ended subprocess in ``runs.jsonl``; a failure is logged with its log file."""
+    item.log_file.close()
+    code = int(item.proc.returncode)
+    run = item.run
+    record = RunRecord(
+        entry=run.entry.id, lib=run.lib, seed=run.seed, run_dir=str(run.run_dir), state=item.state.value,
+        returncode=code, wall_s=round(time.perf_counter() - item.start, 3), load_before=item.load,
+        load_after=tuple(os.getloadavg()), started=item.started,
+    )
+    with open(out / RUNS_FILE, "a") as fh:
+        fh.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
+    if code != 0:
+        log.error("%s exited with status %d; its output is in %s", run.name, code, run.run_dir / LOG_FILE)
+    return record
+
+
+class _Signals:
+    """SIGINT/SIGTERM while running: stop starting runs and ask the children to stop.
+
+    The first signal sends each child one SIGINT (robolearn finishes its iteration and writes a
+    checkpoint; SB3 keeps its last evaluation's checkpoint), the second another (stop at once), a
+    third kills them. Installed only in the main thread, where Python delivers signals.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._sent = 0
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        log.warning("%s: asking the running runs to stop (they checkpoint; run the same command again to resume)",
+                    signal.Signals(signum).name)
+
+    def forward(self, procs: Sequence[subprocess.Popen[bytes]]) -> None:
+        """Pass the signals received since the last call on to the running children."""
+        while self._sent < self.count:
+            self._sent += 1
+            for proc in procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGKILL if self._sent >= 3 else signal.SIGINT)
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+__all__ = [
+    "BenchmarkResult",
+    "Run",
+    "RunRecord",
+    "RunState",
+    "check_out",
+    "command",
+    "launch",
+    "plan",
+    "run_benchmark",
+    "run_dir",
+    "run_state",
+    "table_problems",
+]

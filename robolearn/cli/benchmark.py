@@ -1,0 +1,206 @@
+"""``robolearn benchmark run | report``: a benchmark table's runs, and its results page.
+
+``robolearn benchmark run table=<name|path> out=<dir> [jobs=N] [entries=a,b] [libs=l1,l2] [seeds=0,1]
+[dry_run=true]`` runs every (entry, library, seed) of the table that is not done yet
+(:mod:`robolearn.benchmark.schedule`): interrupted runs resume, finished ones are skipped, so the
+same command continues a table after an interruption. ``dry_run=true`` lists the plan with each
+run's state and runs nothing.
+
+``robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]`` writes the
+results page from the run directories and ``<out>/table.json`` (:mod:`robolearn.benchmark.report`).
+
+Settings are ``key=value`` like the Hydra commands, but parsed here: the benchmark is a driver of
+``robolearn train`` subprocesses, not a training config.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from robolearn.benchmark.schedule import TABLE_FILE, BenchmarkResult, RunState, run_benchmark
+from robolearn.benchmark.table import load_table, table_from_dict, table_names
+from robolearn.utils.config import ConfigError
+
+USAGE = """\
+usage: robolearn benchmark run table=<name|path> out=<dir> [jobs=1] [entries=a,b] [libs=robolearn,sb3_default]
+                               [seeds=0,1] [dry_run=false]
+       robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]
+
+run     train every (entry, library, seed) of a table that is not done yet, `jobs` at a time, one
+        thread each; finished runs are skipped and interrupted ones resumed (run it again to continue)
+report  write the results page (markdown + PNG curves) from the run directories of <out>
+
+tables shipped: {tables}"""
+
+RUN_KEYS: dict[str, str] = {
+    "table": "a table name (configs/benchmark/<name>.yaml) or a path",
+    "out": "the output folder (<out>/<entry>/<lib>/seed<S>)",
+    "jobs": "runs at a time (default 1)",
+    "entries": "comma-separated entry ids (default: all)",
+    "libs": "comma-separated libraries (default: the table's)",
+    "seeds": "comma-separated seeds (default: the table's)",
+    "dry_run": "true: list the runs and their states, run nothing",
+}
+"""Settings of ``benchmark run``."""
+REPORT_KEYS: dict[str, str] = {
+    "out": "the output folder of `benchmark run`",
+    "results": "the markdown file to write (default RESULTS.md)",
+    "figures": "the folder of the PNG curves (default docs/results)",
+}
+"""Settings of ``benchmark report``."""
+
+
+class UsageError(ValueError):
+    """A command line that cannot run; printed as one line, exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``robolearn benchmark <argv>``; return the exit status (0 ok, 1 a run failed, 2 bad input, 130 interrupted)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE.format(tables=", ".join(table_names()) or "none"))
+        return 0 if args else 2
+    commands: dict[str, Callable[[dict[str, str]], int]] = {"run": run_command, "report": report_command}
+    name, rest = args[0], args[1:]
+    if name not in commands:
+        return _fail("benchmark", f"unknown subcommand {name!r}; expected run or report (robolearn benchmark --help)")
+    if any(a in ("-h", "--help") for a in rest):
+        print(USAGE.format(tables=", ".join(table_names()) or "none"))
+        return 0
+    try:
+        settings = parse_settings(rest, RUN_KEYS if name == "run" else REPORT_KEYS)
+        return commands[name](settings)
+    except (UsageError, ConfigError, FileNotFoundError) as exc:
+        return _fail(f"benchmark {name}", str(exc))
+
+
+def parse_settings(args: Sequence[str], keys: dict[str, str]) -> dict[str, str]:
+    """``key=value`` arguments as a mapping; an unknown key is named with the valid ones.
+
+    Raises:
+        UsageError: an argument without ``=``, an unknown or repeated key.
+    """
+    settings: dict[str, str] = {}
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            raise UsageError(f"{arg!r}: expected key=value with a key of {', '.join(keys)}")
+        if key not in keys:
+            close = difflib.get_close_matches(key, list(keys), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UsageError(f"{key}: unknown setting{hint}; expected one of {', '.join(keys)}")
+        if key in settings:
+            raise UsageError(f"{key}: given twice ({settings[key]!r} and {value!r})")
+        settings[key] = value
+    return settings
+
+
+def run_command(settings: dict[str, str]) -> int:
+    """``benchmark run``: load the table, check everything, run (or list) the runs; print the outcome."""
+    table_arg, out = _required(settings, "table", "run"), Path(_required(settings, "out", "run"))
+    jobs = _integer("jobs", settings.get("jobs", "1"), minimum=1)
+    dry_run = _boolean("dry_run", settings.get("dry_run", "false"))
+    seeds = [_integer("seeds", s, minimum=0) for s in _items(settings, "seeds")] if "seeds" in settings else None
+    table = load_table(table_arg)
+    result = run_benchmark(
+        table, out, jobs=jobs, dry_run=dry_run, progress=not dry_run, seeds=seeds,
+        entries=_items(settings, "entries") if "entries" in settings else None,
+        libs=_items(settings, "libs") if "libs" in settings else None,
+    )
+    if dry_run:
+        _print_plan(result)
+        return 0
+    return _print_outcome(result, out)
+
+
+def report_command(settings: dict[str, str]) -> int:
+    """``benchmark report``: the results page from ``<out>/table.json`` and the run directories."""
+    out = Path(_required(settings, "out", "report"))
+    path = out / TABLE_FILE
+    if not path.is_file():
+        raise UsageError(f"out={out}: no {TABLE_FILE}; is it the out folder of a `robolearn benchmark run`?")
+    try:
+        data: Any = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: cannot be read as JSON ({exc})") from None
+    table = table_from_dict(data, str(path), check_files=False)
+    from robolearn.benchmark.report import write_report  # matplotlib and rliable only when reporting
+
+    # The table as its YAML mapping (zoo_reference.return spelt as in the table file).
+    written = write_report(
+        table.to_dict(), out, Path(settings.get("results", "RESULTS.md")), Path(settings.get("figures", "docs/results"))
+    )
+    print(f"wrote {written}")
+    return 0
+
+
+def _print_plan(result: BenchmarkResult) -> None:
+    """The dry run's table: every run with its state and directory."""
+    rows = [(r.entry.id, r.lib, str(r.seed), s.value, str(r.run_dir)) for r, s in result.planned]
+    header = ("entry", "lib", "seed", "state", "run dir")
+    widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    counts = {state: sum(1 for _, s in result.planned if s is state) for state in RunState}
+    print(f"{len(result.planned)} runs: " + ", ".join(f"{n} {state.value}" for state, n in counts.items()))
+
+
+def _print_outcome(result: BenchmarkResult, out: Path) -> int:
+    """One line for what ran, one per failed run; the exit status."""
+    skipped = sum(1 for _, s in result.planned if s is RunState.DONE)
+    print(f"{len(result.records)} runs executed, {skipped} already done, {len(result.failed)} failed ({out / 'runs.jsonl'})")
+    for record in result.failed:
+        print(f"failed: {record.entry}/{record.lib}/seed{record.seed} exited with {record.returncode}; "
+              f"see {Path(record.run_dir) / 'benchmark.log'}", file=sys.stderr)
+    if result.interrupted:
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+    return result.exit_status
+
+
+def _required(settings: dict[str, str], key: str, command: str) -> str:
+    if not settings.get(key):
+        raise UsageError(f"missing {key}=<{RUN_KEYS.get(key) or REPORT_KEYS[key]}> (robolearn benchmark {command} --help)")
+    return settings[key]
+
+
+def _items(settings: dict[str, str], key: str) -> list[str]:
+    """A comma-separated setting as its non-empty items."""
+    items = [s.strip() for s in settings[key].split(",") if s.strip()]
+    if not items:
+        raise UsageError(f"{key}={settings[key]!r}: expected comma-separated values ({RUN_KEYS[key]})")
+    return items
+
+
+def _integer(key: str, text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{key}={text!r}: expected an integer >= {minimum}") from None
+    if value < minimum:
+        raise UsageError(f"{key}={text}: expected an integer >= {minimum}")
+    return value
+
+
+def _boolean(key: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise UsageError(f"{key}={text!r}: expected true or false")
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"robolearn {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+__all__ = ["main", "parse_settings", "report_command", "run_command"]
+
+if __name__ == "__main__":
+    sys.exit(main())
