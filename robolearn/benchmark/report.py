@@ -1,0 +1,579 @@
+"""The benchmark's results page: ``RESULTS.md`` and one PNG of learning curves per entry, from the run
+directories that ``robolearn benchmark run`` wrote.
+
+Input layout (the issue 17 contract): ``<out>/<entry id>/<lib>/seed<S>/`` is a run directory of any
+library (``config.json``, ``metrics.csv`` with ``env_steps``, ``eval/return`` and ``time/train_s``,
+and ``summary.json`` once the run finished its budget); ``<out>/table.json`` is the resolved table
+and ``<out>/runs.jsonl`` one line per finished run (its load average among others).
+
+Only finished runs (``summary.json`` with ``env_steps`` at least the entry's budget) enter the
+statistics: an unfinished run's last evaluation is not a final return. Missing and unfinished runs
+are listed under their entry, and the seed count says how many made it ("2/3").
+
+What the page reports per entry and library:
+
+- the IQM of the final evaluation returns over seeds with a 95% stratified-bootstrap interval
+  (rliable, through :mod:`robolearn.analysis.compare`; fixed seed, so the page is reproducible);
+- per return threshold, the env steps and the training seconds (``time/train_s``: evaluation
+  excluded) at the first evaluation reaching it: the median over seeds, a seed that never reached it
+  counting as never (so the median is "not reached" once half the seeds or more missed), with
+  "k/n reached";
+- env steps per training second (the median of the summaries' rates);
+- on the robolearn row, the ratio of SB3's time to robolearn's at each threshold (SB3 best = the SB3
+  configuration with the higher final IQM) and the verdict on the issue's target: robolearn reaches
+  every threshold that either side reached at least 3x sooner, and its final IQM is no lower.
+
+Nothing of the report depends on the clock: the same run directories and repository give
+byte-identical markdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import subprocess
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robolearn.analysis.compare import Estimate, _bootstrap, _figure, _png, iqm, write_files
+from robolearn.analysis.runs import Group, RunCurve, common_grid, load_run, score_matrix
+from robolearn.utils.config import read_json_object
+
+log = logging.getLogger(__name__)
+
+ROBOLEARN = "robolearn"
+"""The lib id of robolearn's own runs; every other lib starting with ``sb3`` is an SB3 configuration."""
+TARGET_SPEEDUP = 3.0
+"""The issue's target: robolearn reaches each threshold at least this many times sooner than SB3."""
+CURVE_POINTS = 50
+"""Grid size of a curve whose runs were evaluated at different steps (always so in seconds)."""
+CONFIDENCE = 0.95
+"""Coverage of every interval on the page."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """One finished run, as read from its directory."""
+
+    seed: int
+    """The run's seed."""
+    path: Path
+    """Its directory."""
+    steps: np.ndarray
+    """Env steps of its evaluations, increasing."""
+    seconds: np.ndarray
+    """Training seconds (``time/train_s``) at those evaluations."""
+    returns: np.ndarray
+    """The evaluation returns."""
+    steps_per_s: float
+    """Env steps per training second over the whole run (its summary)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """When a library's seeds first reached one return threshold."""
+
+    threshold: float
+    """The return threshold."""
+    steps: float
+    """Median env steps over the seeds (``inf``: half the seeds or more never reached it)."""
+    seconds: float
+    """Median training seconds, likewise."""
+    reached: int
+    """Seeds that reached it."""
+    runs: int
+    """Seeds counted."""
+
+
+@dataclasses.dataclass
+class LibResult:
+    """One library's (or SB3 configuration's) results on one entry."""
+
+    lib: str
+    """The lib id (``robolearn``, ``sb3_default``, ``sb3_zoo``)."""
+    runs: list[RunResult]
+    """Its finished runs, by seed."""
+    expected: int
+    """Seeds the table asks for."""
+    final: Estimate | None
+    """IQM of the final returns with its interval; ``None`` without a finished run."""
+    reach: list[Reach]
+    """One per threshold of the entry."""
+    steps_per_s: float
+    """Median env steps per training second (``nan`` without a finished run)."""
+    notes: list[str]
+    """Missing, unfinished or unreadable runs."""
+
+
+# -- the table ------------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    """A table (:class:`robolearn.benchmark.table.Table`, another dataclass, or the dict of
+    ``table.json``) as plain dicts and lists, so the report reads one shape: the table's YAML keys.
+    """
+    # to_dict first: it spells fields as the YAML does (Table's zoo_reference.mean_return is "return").
+    if callable(getattr(value, "to_dict", None)):
+        return _plain(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _require(mapping: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in mapping:
+        raise ValueError(f"{where}: no {key!r} (expected the keys of configs/benchmark/<name>.yaml)")
+    return mapping[key]
+
+
+def _entry_libs(entry: Mapping[str, Any], libs: Sequence[str]) -> list[str]:
+    """The table's libs this entry runs: ``sb3_zoo`` only where the Zoo has hyperparameters."""
+    zoo = (entry.get("sb3") or {}).get("zoo")
+    return [lib for lib in libs if lib != "sb3_zoo" or zoo]
+
+
+# -- reading runs ---------------------------------------------------------------------------------
+def _read_run(path: Path, seed: int, budget: int) -> RunResult | str:
+    """The finished run in ``path``, or why it does not count (a note for the page)."""
+    rel = f"seed {seed}"
+    if not path.is_dir():
+        return f"{rel}: missing"
+    summary_path = path / "summary.json"
+    if not summary_path.is_file():
+        return f"{rel}: unfinished (no summary.json yet)"
+    try:
+        summary = read_json_object(summary_path)
+        done = float(summary.get("env_steps", 0))
+        if done < budget:
+            return f"{rel}: unfinished ({done:,.0f} of {budget:,} env steps)"
+        curve = load_run(path, "eval/return", x="env_steps")
+        clock = load_run(path, "time/train_s", x="env_steps")
+    except (ValueError, OSError) as exc:
+        return f"{rel}: unreadable ({exc})"
+    # SB3 runs may log time/train_s on other rows than the evaluations; where it shares the row (as
+    # robolearn's runner writes it) the interpolation returns it exactly.
+    seconds = np.interp(curve.steps, clock.steps, clock.values)
+    train_s = float(summary.get("train_time_s", math.nan))
+    rate = summary.get("env_steps_per_s")
+    steps_per_s = float(rate) if rate is not None else done / train_s if train_s > 0 else math.nan
+    return RunResult(seed, path, curve.steps, seconds, curve.values, steps_per_s)
+
+
+def _reach(runs: Sequence[RunResult], threshold: float) -> Reach:
+    steps, seconds = [], []
+    for run in runs:
+        hit = np.flatnonzero(run.returns >= threshold)
+        steps.append(float(run.steps[hit[0]]) if hit.size else math.inf)
+        seconds.append(float(run.seconds[hit[0]]) if hit.size else math.inf)
+    reached = sum(math.isfinite(s) for s in steps)
+    if not runs:
+        return Reach(threshold, math.nan, math.nan, 0, 0)
+    return Reach(threshold, float(np.median(steps)), float(np.median(seconds)), reached, len(runs))
+
+
+def _lib_result(
+    out: Path, entry: Mapping[str, Any], lib: str, seeds: Sequence[int], reps: int, seed: int
+) -> LibResult:
+    budget = int(_require(entry, "env_steps", f"entry {entry.get('id')!r}"))
+    runs: list[RunResult] = []
+    notes: list[str] = []
+    for s in seeds:
+        got = _read_run(out / str(entry["id"]) / lib / f"seed{s}", int(s), budget)
+        if isinstance(got, str):
+            notes.append(got)
+        else:
+            runs.append(got)
+    final = None
+    if runs:
+        finals = np.array([[run.returns[-1]] for run in runs])
+        point, low, high = _bootstrap(lib, finals, iqm, reps, seed, CONFIDENCE)
+        final = Estimate(float(point[0]), float(low[0]), float(high[0]))
+    thresholds = [float(t) for t in entry.get("thresholds") or []]
+    rate = float(np.median([run.steps_per_s for run in runs])) if runs else math.nan
+    return LibResult(lib, runs, len(seeds), final, [_reach(runs, t) for t in thresholds], rate, notes)
+
+
+def _sb3_best(results: Sequence[LibResult]) -> LibResult | None:
+    """The SB3 configuration with the higher final IQM (the first on a tie)."""
+    sb3 = [r for r in results if r.lib.startswith("sb3") and r.final is not None]
+    return max(sb3, key=lambda r: r.final.value) if sb3 else None  # type: ignore[union-attr]
+
+
+def _verdict(ours: LibResult, best: LibResult | None) -> tuple[list[str], str]:
+    """The time-ratio cells (one per threshold) and the verdict of the issue's target."""
+    if ours.final is None or best is None or best.final is None:
+        return ["n/a"] * len(ours.reach), "n/a"
+    cells, judged = [], []
+    for mine, theirs in zip(ours.reach, best.reach, strict=True):
+        a, b = mine.seconds, theirs.seconds
+        if math.isfinite(a) and math.isfinite(b):
+            ratio = b / a if a > 0 else math.inf
+            cells.append(f"{ratio:.1f}x")
+            judged.append(ratio >= TARGET_SPEEDUP)
+        elif math.isfinite(a):
+            cells.append("SB3 not reached")
+            judged.append(True)  # robolearn reached it within the budget, SB3 did not: sooner
+        elif math.isfinite(b):
+            cells.append("robolearn not reached")
+            judged.append(False)
+        else:
+            cells.append("neither reached")
+    if not judged:
+        return cells, "n/a"
+    ok = all(judged) and ours.final.value >= best.final.value
+    return cells, "met" if ok else "missed"
+
+
+# -- curves ---------------------------------------------------------------------------------------
+def _curve(runs: Sequence[RunResult], x: str, name: str, reps: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(grid, IQM, low, high) of the runs' returns against env steps or training seconds."""
+    curves = [
+        RunCurve(run.path, {}, x, run.steps if x == "env_steps" else run.seconds, run.returns) for run in runs
+    ]
+    group = Group(name, tuple(curves))
+    if x == "env_steps":
+        grid = common_grid([group], CURVE_POINTS).steps
+        scores = score_matrix(group, grid, "last")
+    else:
+        # Seconds never coincide between runs, and the runs of one budget end at different times: an
+        # even grid from the latest first evaluation to the latest end, a finished run holding its
+        # final return after its end (what it delivers from then on). Clipping to the fastest seed
+        # would cut every library's curve short of its final return.
+        lo = max(float(c.steps[0]) for c in curves)
+        hi = max(float(c.steps[-1]) for c in curves)
+        grid = np.linspace(lo, hi, CURVE_POINTS) if hi > lo else np.array([lo])
+        scores = np.stack([c.values[np.searchsorted(c.steps, grid, side="right") - 1] for c in curves])
+    point, low, high = _bootstrap(name, scores, iqm, reps, seed, CONFIDENCE)
+    return grid, point, low, high
+
+
+def _entry_png(entry: Mapping[str, Any], results: Sequence[LibResult], reps: int, seed: int) -> bytes:
+    fig = _figure(11.0, 4.2)
+    axes = fig.subplots(1, 2, sharey=True)
+    for index, result in enumerate(results):
+        if not result.runs:
+            continue
+        label = f"{result.lib} ({len(result.runs)}/{result.expected} seeds)"
+        for ax, x in zip(axes, ("env_steps", "time/train_s"), strict=True):
+            grid, point, low, high = _curve(result.runs, x, result.lib, reps, seed)
+            color = f"C{index}"  # one colour per lib on both panels and every entry's figure
+            ax.plot(grid, point, color=color, label=label, marker="." if grid.size < 30 else None)
+            ax.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
+    for threshold in entry.get("thresholds") or []:
+        for ax in axes:
+            ax.axhline(float(threshold), color="grey", linestyle=":", linewidth=1)
+    axes[0].set_xlabel("env steps")
+    axes[1].set_xlabel("training seconds (evaluation excluded)")
+    axes[0].set_ylabel("IQM eval return")
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    if any(r.runs for r in results):
+        axes[0].legend(fontsize="small")
+    fig.suptitle(f"{entry['id']}: {entry.get('task')} {str(entry.get('algo', '')).upper()}, "
+                 f"IQM with {CONFIDENCE:.0%} bootstrap CI")
+    return _png(fig)
+
+
+# -- the header -----------------------------------------------------------------------------------
+def _git_head(repo: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _recorded(configs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str]:
+    """The distinct values the runs recorded under any of ``keys`` (sorted)."""
+    return sorted({str(c[k]) for c in configs for k in keys if c.get(k) not in (None, "")})
+
+
+LOAD_KEYS: dict[str, str] = {"load_before": "when runs started", "load_after": "when runs ended"}
+"""The load-average fields of ``runs.jsonl`` (robolearn.benchmark.schedule's ``RunRecord``) and how the page says them."""
+
+
+def _load_line(out: Path) -> str | None:
+    """From ``runs.jsonl``: the 1-minute load averages when runs started and ended, the run
+    wall-clock in total and the span of start times (recorded times, so the page stays reproducible).
+    """
+    path = out / "runs.jsonl"
+    if not path.is_file():
+        return None
+    loads: dict[str, list[float]] = {}
+    walls: list[float] = []
+    started: list[str] = []
+    for n, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            log.warning("%s, line %d: not JSON; left out", path, n)
+            continue
+        if not isinstance(row, dict):
+            continue
+        for key, value in row.items():
+            # [1, 5, 15]-minute loads as os.getloadavg gives them; a plain number is read as the 1-minute one.
+            first = value[0] if isinstance(value, list) and value else value
+            if key in LOAD_KEYS and isinstance(first, (int, float)):
+                loads.setdefault(key, []).append(float(first))
+        if isinstance(row.get("wall_s"), (int, float)):
+            walls.append(float(row["wall_s"]))
+        if isinstance(row.get("started"), str):
+            started.append(row["started"])
+    parts = [
+        f"1-minute load average {LOAD_KEYS[key]}: median {np.median(loads[key]):.2f}, "
+        f"min {min(loads[key]):.2f}, max {max(loads[key]):.2f} over {len(loads[key])} runs"
+        for key in LOAD_KEYS if key in loads
+    ]
+    if walls:
+        parts.append(f"{sum(walls) / 3600:.2f} h of run wall-clock in total over {len(walls)} runs")
+    if started:
+        parts.append(f"runs started from {min(started)} to {max(started)}")
+    return "; ".join(parts) or None
+
+
+def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    commits = _recorded(configs, ("git_commit", "commit"))
+    if commits:
+        commit = ", ".join(f"`{c}`" for c in commits) + " (recorded by the runs)"
+    else:
+        head = _git_head(Path(__file__).resolve().parents[2])
+        commit = f"`{head}` (the repository's HEAD when this page was generated)" if head else "unknown"
+    sb3 = _recorded(configs, ("sb3_version",))
+    versions = (
+        f"Python {platform.python_version()}, torch {_version('torch')}, mujoco {_version('mujoco')}, "
+        f"Stable-Baselines3 {', '.join(sb3) + ' (recorded by the runs)' if sb3 else _version('stable-baselines3')}"
+    )
+    lines = [
+        f"# Benchmark results: {table.get('name', 'table')}",
+        "",
+        f"- Commit: {commit}",
+        f"- Machine: {_cpu_model()}, {os.cpu_count()} cores (where this page was generated)",
+        f"- Versions: {versions}",
+        f"- Seeds: {', '.join(str(s) for s in table.get('seeds') or [])}; "
+        f"libraries: {', '.join(str(lib) for lib in table.get('libs') or [])}",
+    ]
+    load = _load_line(out)
+    if load:
+        lines.append(f"- Load: {load}")
+    return lines
+
+
+# -- formatting -----------------------------------------------------------------------------------
+def _ret(value: float) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}"
+
+
+def _thr(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,g}"
+
+
+def _steps(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.0f}k"
+    return f"{value:,.0f}"
+
+
+def _secs(value: float) -> str:
+    return f"{value:,.0f} s" if value >= 100 else f"{value:.1f} s"
+
+
+def _reach_cell(reach: Sequence[Reach], which: str) -> str:
+    cells = []
+    for r in reach:
+        if r.runs == 0:
+            cells.append(f"≥{_thr(r.threshold)}: n/a (no finished run)")
+            continue
+        value = r.steps if which == "steps" else r.seconds
+        shown = (_steps(value) if which == "steps" else _secs(value)) if math.isfinite(value) else "not reached"
+        cells.append(f"≥{_thr(r.threshold)}: {shown} ({r.reached}/{r.runs})")
+    return "<br>".join(cells) or "—"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _zoo_cell(entry: Mapping[str, Any], ours: LibResult | None) -> str:
+    ref = entry.get("zoo_reference")
+    if not ref or ref.get("return") is None:
+        return "—"
+    ret = float(ref["return"])
+    cell = f"{_ret(ret)} @ {_steps(float(ref.get('env_steps') or 0))}"
+    # The third target: at least the Zoo's return at the same budget, or the gap stated.
+    if ours is not None and ours.final is not None and ref.get("env_steps") == entry.get("env_steps"):
+        gap = ours.final.value - ret
+        cell += f" (robolearn {'+' if gap >= 0 else '−'}{_ret(abs(gap))})"
+    return cell
+
+
+def _relative(target: Path, start: Path) -> str:
+    return Path(os.path.relpath(target.resolve(), start.resolve())).as_posix()
+
+
+# -- the page -------------------------------------------------------------------------------------
+def write_report(
+    table: Any,
+    out_dir: Path | str,
+    results_md: Path | str,
+    figures_dir: Path | str,
+    *,
+    reps: int = 2000,
+    seed: int = 0,
+) -> Path:
+    """Write ``results_md`` and one ``<entry id>.png`` per entry into ``figures_dir`` from the run
+    directories under ``out_dir`` (see the module docstring).
+
+    Args:
+        table: the resolved table: the ``Table`` of :mod:`robolearn.benchmark.table`, any dataclass
+            or mapping with the YAML's keys, or ``None`` to read ``<out_dir>/table.json``.
+        out_dir: the benchmark's output folder (``<out>/<entry id>/<lib>/seed<S>/``).
+        results_md: the markdown file to write (``RESULTS.md``).
+        figures_dir: the folder of the PNG figures; RESULTS.md links them by relative paths.
+        reps: bootstrap resamples per interval.
+        seed: seed of every bootstrap (the page is reproducible).
+
+    Returns:
+        The path of the markdown file.
+
+    Raises:
+        FileNotFoundError: ``out_dir`` does not exist, or ``table`` is ``None`` and there is no
+            ``table.json``.
+        ValueError: the table lacks ``entries`` or an entry lacks ``id`` or ``env_steps``.
+        ImportError: rliable is missing.
+    """
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise FileNotFoundError(f"out={out}: no such benchmark output folder")
+    if table is None:
+        spec: Any = read_json_object(out / "table.json")
+    else:
+        spec = _plain(table)
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"table: expected a Table or a mapping of the table's YAML keys, got {type(table).__name__}")
+    entries = _require(spec, "entries", "table")
+    seeds = [int(s) for s in spec.get("seeds") or []]
+    libs = [str(lib) for lib in spec.get("libs") or [ROBOLEARN]]
+    md_path, fig_dir = Path(results_md), Path(figures_dir)
+
+    per_entry: list[tuple[Mapping[str, Any], list[LibResult]]] = []
+    for entry in entries:
+        _require(entry, "id", "table entry")
+        results = [_lib_result(out, entry, lib, seeds, reps, seed) for lib in _entry_libs(entry, libs)]
+        per_entry.append((entry, results))
+    configs = [read_json_object(run.path / "config.json") for _, results in per_entry
+               for r in results for run in r.runs]
+
+    # Render everything in memory first: a failure writes nothing, and figures land whole.
+    figures = {f"{entry['id']}.png": _entry_png(entry, results, reps, seed) for entry, results in per_entry}
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    link_dir = _relative(fig_dir, md_path.parent)
+
+    lines = _header(spec, out, configs)
+    lines += [
+        "",
+        "## Summary",
+        "",
+        f"Final = the last evaluation of a finished run; IQM over seeds with a {CONFIDENCE:.0%} "
+        f"stratified-bootstrap interval ({reps} resamples, seed {seed}). To threshold: the first "
+        "evaluation at or above it, median over seeds (a seed that never reached it counts as never), "
+        "and seeds reached / seeds finished; seconds are training seconds (evaluation excluded). "
+        "SB3 best / robolearn: the ratio of training seconds to each threshold, against the SB3 "
+        f"configuration with the higher final IQM. Target: every threshold either side reached, "
+        f"reached by robolearn ≥ {TARGET_SPEEDUP:g}x sooner, and a final IQM no lower. Figures: IQM "
+        "return against env steps and against training seconds; in seconds, a run that finished "
+        "holds its final return until the slowest seed of its library finishes.",
+        "",
+        "| entry | lib | seeds | final IQM [95% CI] | env steps to threshold | training s to threshold "
+        "| env steps/s | SB3 best / robolearn time | target | Zoo published |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for entry, results in per_entry:
+        best = _sb3_best(results)
+        ours = next((r for r in results if r.lib == ROBOLEARN), None)
+        for result in results:
+            final = (f"{_ret(result.final.value)} [{_ret(result.final.low)}, {_ret(result.final.high)}]"
+                     if result.final is not None else "n/a")
+            rate = f"{result.steps_per_s:,.0f}" if math.isfinite(result.steps_per_s) else "n/a"
+            ratio = verdict = zoo = ""
+            if result is ours:
+                cells, verdict = _verdict(ours, best)
+                against = f" (vs {best.lib})" if best is not None else ""
+                ratio = "<br>".join(f"≥{_thr(r.threshold)}: {c}" for r, c in zip(ours.reach, cells, strict=True))
+                ratio = (ratio or "—") + against
+                zoo = _zoo_cell(entry, ours)
+            lines.append(
+                f"| {_md(str(entry['id']))} | {result.lib} | {len(result.runs)}/{result.expected} | {final} "
+                f"| {_reach_cell(result.reach, 'steps')} | {_reach_cell(result.reach, 'seconds')} | {rate} "
+                f"| {ratio} | {verdict} | {zoo} |"
+            )
+    for entry, results in per_entry:
+        name = f"{entry['id']}.png"
+        lines += [
+            "",
+            f"## {entry['id']}",
+            "",
+            f"{entry.get('task')}, {str(entry.get('algo', '')).upper()}, {int(entry['env_steps']):,} env steps"
+            + (f", recipe `configs/experiment/{entry['experiment']}.yaml`" if entry.get("experiment") else "")
+            + ".",
+            "",
+            f"![{entry['id']} learning curves]({link_dir}/{name})",
+        ]
+        sb3 = entry.get("sb3") or {}
+        facts = []
+        if "default" in sb3:
+            facts.append(f"sb3_default: SB3's defaults with {json.dumps(sb3.get('default') or {}, sort_keys=True)}, "
+                         f"{sb3.get('n_envs', 1)} env(s)")
+        zoo = sb3.get("zoo")
+        if zoo:
+            facts.append(f"sb3_zoo: {_md(str(zoo.get('source', 'source not stated')))}")
+        ref = entry.get("zoo_reference")
+        if ref:
+            facts.append(f"Zoo published return {_ret(float(ref.get('return', math.nan)))} at "
+                         f"{int(ref.get('env_steps') or 0):,} env steps: {_md(str(ref.get('source', 'source not stated')))}")
+        facts += [f"{r.lib} {note}" for r in results for note in r.notes]
+        if facts:
+            lines += [""] + [f"- {fact}" for fact in facts]
+
+    write_files(fig_dir, figures)
+    write_files(md_path.parent, {md_path.name: ("\n".join(lines) + "\n").encode()})
+    return md_path
+
+
+__all__ = ["CONFIDENCE", "TARGET_SPEEDUP", "LibResult", "Reach", "RunResult", "write_report"]

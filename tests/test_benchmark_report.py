@@ -1,0 +1,236 @@
+"""``robolearn.benchmark.report``: RESULTS.md and the figures from synthetic run directories.
+
+The run directories follow the issue 17 contract (``<out>/<entry>/<lib>/seed<S>/`` with
+``config.json``, a ``metrics.csv`` written by the real Logger and ``summary.json``), with returns and
+training seconds chosen so that every figure on the page can be worked out by hand (below).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from robolearn.benchmark.report import write_report
+from robolearn.benchmark.table import table_from_dict
+from robolearn.logging import Logger
+
+REPS = 200  # enough for a stable interval on three runs, fast on a loaded machine
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+TABLE: dict[str, Any] = {
+    "name": "synthetic",
+    "seeds": [0, 1, 2],
+    "libs": ["robolearn", "sb3_default", "sb3_zoo"],
+    "eval_episodes": 10,
+    "entries": [
+        {
+            "id": "alpha_ppo", "task": "Hopper", "algo": "ppo", "experiment": "hopper_ppo",
+            "env_steps": 4000, "eval_every": 1000, "thresholds": [100, 300],
+            "sb3": {"n_envs": 1, "default": {},
+                    "zoo": {"source": "zoo ppo.yml Hopper-v3", "n_envs": 1, "normalize": True, "kwargs": {}}},
+            "zoo_reference": {"return": 380.0, "env_steps": 4000, "source": "zoo benchmark.md"},
+        },
+        {
+            # No Zoo hyperparameters: no sb3_zoo runs, though the table's libs list it.
+            "id": "beta_sac", "task": "Reacher", "algo": "sac", "experiment": "reacher_sac",
+            "env_steps": 3000, "eval_every": 1000, "thresholds": [50],
+            "sb3": {"n_envs": 1, "default": {}, "zoo": None},
+            "zoo_reference": None,
+        },
+    ],
+}
+
+# entry -> lib -> (training seconds per env step, {seed: returns at the evaluations}).
+RUNS: dict[str, dict[str, tuple[float, dict[int, list[float]]]]] = {
+    "alpha_ppo": {
+        "robolearn": (0.01, {0: [50, 150, 320, 400], 1: [80, 120, 250, 350], 2: [110, 200, 310, 500]}),
+        "sb3_default": (0.1, {0: [20, 60, 110, 200], 1: [30, 90, 150, 310], 2: [10, 40, 80, 120]}),
+        "sb3_zoo": (0.05, {0: [60, 140, 220, 290], 1: [70, 160, 260, 305], 2: [90, 130, 300, 330]}),
+    },
+    "beta_sac": {
+        # robolearn seed 1 is unfinished (written below without a summary); sb3_default seed 2 is missing.
+        "robolearn": (0.02, {0: [10, 40, 60], 2: [20, 55, 70]}),
+        "sb3_default": (0.01, {0: [30, 55, 90], 1: [40, 60, 100]}),
+    },
+}
+
+
+def seconds_per_step(lib_rate: float, seed: int) -> float:
+    """Seed S of a lib trains at its lib's rate x (1 + S / 10): the seeds' clocks differ, so the median
+    seconds to a threshold need not belong to the seed with the median steps."""
+    return lib_rate * (1 + seed / 10)
+
+
+def write_run(path: Path, lib: str, seed: int, per_step: float, returns: list[float], *, finished: bool = True) -> None:
+    """A run directory as a runner writes it: rows every 500 env steps, evaluations every 1000."""
+    path.mkdir(parents=True)
+    config: dict[str, Any] = {"task": "Hopper", "seed": seed, "algo": {"name": "ppo"}}
+    if lib != "robolearn":
+        config.update(lib=lib, sb3_kwargs={}, sb3_version="2.9.9", n_envs=1)
+    (path / "config.json").write_text(json.dumps(config))
+    last = 1000 * len(returns)
+    with Logger(path, tensorboard=False, console=False) as logger:
+        for step in range(500, last + 1, 500):
+            row = {"env_steps": float(step), "time/train_s": step * per_step,
+                   "time/env_steps_per_s": 1.0 / per_step}
+            if step % 1000 == 0:
+                row["eval/return"] = float(returns[step // 1000 - 1])
+            logger.log(row, step=step)
+    if finished:
+        summary: dict[str, Any] = {"env_steps": last, "train_time_s": last * per_step,
+                                   "final_eval_return": returns[-1], "best_eval_return": max(returns)}
+        if lib == "robolearn":  # SB3 summaries leave the rate out: the report divides steps by seconds
+            summary["env_steps_per_s"] = 1.0 / per_step
+        (path / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench") / "out"
+    for entry, libs in RUNS.items():
+        for lib, (per_step, seeds) in libs.items():
+            for seed, returns in seeds.items():
+                write_run(root / entry / lib / f"seed{seed}", lib, seed, seconds_per_step(per_step, seed), returns)
+    write_run(root / "beta_sac" / "robolearn" / "seed1", "robolearn", 1, 0.02, [90, 95], finished=False)
+    (root / "table.json").write_text(json.dumps(TABLE))
+    # runs.jsonl as robolearn.benchmark.schedule writes it (RunRecord.to_dict).
+    lines = [{"entry": "alpha_ppo", "lib": "robolearn", "seed": s, "run_dir": "x", "state": "fresh",
+              "returncode": 0, "wall_s": 60.0, "load_before": [float(s + 1), 1.0, 1.0],
+              "load_after": [4.0, 1.0, 1.0], "started": f"2026-11-26T0{s}:00:00Z"} for s in range(3)]
+    (root / "runs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return root
+
+
+@pytest.fixture(scope="module")
+def page(out: Path) -> tuple[Path, str]:
+    md = write_report(TABLE, out, out.parent / "site" / "RESULTS.md", out.parent / "site" / "docs" / "results",
+                      reps=REPS)
+    return md, md.read_text()
+
+
+def row(text: str, entry: str, lib: str) -> list[str]:
+    """The summary row of ``entry`` x ``lib``, split into its cells."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if cells[:2] == [entry, lib]:
+            return cells
+    raise AssertionError(f"no row {entry} | {lib} in:\n{text}")
+
+
+def test_final_iqm_and_interval(page: tuple[Path, str]) -> None:
+    _, text = page
+    # IQM of three runs cuts floor(3/4) = 0 from each end: the mean. The percentile interval of a
+    # bootstrap over the runs lies within their lowest and highest final.
+    cells = row(text, "alpha_ppo", "robolearn")
+    point, interval = cells[3].split(" [")
+    assert point == "416.7"  # (400 + 350 + 500) / 3
+    low, high = (float(v) for v in interval.rstrip("]").split(", "))
+    assert 350 <= low < 416.7 < high <= 500
+    assert row(text, "alpha_ppo", "sb3_default")[3].startswith("210.0 [")  # (200 + 310 + 120) / 3
+    assert row(text, "alpha_ppo", "sb3_zoo")[3].startswith("308.3 [")  # (290 + 305 + 330) / 3
+    # beta_sac robolearn: the unfinished seed 1 does not count; two runs -> their mean.
+    assert row(text, "beta_sac", "robolearn")[3].startswith("65.0 [")
+
+
+def test_steps_and_seconds_to_threshold(page: tuple[Path, str]) -> None:
+    _, text = page
+    ours = row(text, "alpha_ppo", "robolearn")
+    # Seconds per step 0.01, 0.011, 0.012. >=100 first reached at 2000, 2000, 1000 steps (20, 22, 12 s);
+    # >=300 at 3000, 4000, 3000 steps (30, 44, 36 s).
+    assert ours[4] == "≥100: 2,000 (3/3)<br>≥300: 3,000 (3/3)"
+    assert ours[5] == "≥100: 20.0 s (3/3)<br>≥300: 36.0 s (3/3)"
+    assert ours[6] == "91"  # median of the summaries' 100, 90.9, 83.3 env steps per training second
+    default = row(text, "alpha_ppo", "sb3_default")
+    # 0.1, 0.11, 0.12 s per step: >=100 at 3000, 3000, 4000 steps (300, 330, 480 s); >=300 reached by
+    # seed 1 only: the median of (never, 4000, never) is never.
+    assert default[4] == "≥100: 3,000 (3/3)<br>≥300: not reached (1/3)"
+    assert default[5] == "≥100: 330 s (3/3)<br>≥300: not reached (1/3)"
+    assert default[6] == "9"  # no rate in the SB3 summaries: 4000 steps / 400, 440, 480 s -> median 9.09
+    zoo = row(text, "alpha_ppo", "sb3_zoo")
+    # 0.05, 0.055, 0.06 s per step: >=100 at 2000 steps each (100, 110, 120 s); >=300 at (never, 4000,
+    # 3000) steps, (never, 220, 180) s: the middle value, "never" counting as the largest.
+    assert zoo[4] == "≥100: 2,000 (3/3)<br>≥300: 4,000 (2/3)"
+    assert zoo[5] == "≥100: 110 s (3/3)<br>≥300: 220 s (2/3)"
+    beta = row(text, "beta_sac", "robolearn")
+    # Seeds 0 and 2 (0.02 and 0.024 s per step) reach 50 at 3000 steps (60 s) and 2000 steps (48 s).
+    assert beta[4] == "≥50: 2,500 (2/2)"
+    assert beta[5] == "≥50: 54.0 s (2/2)"
+
+
+def test_ratio_and_verdict(page: tuple[Path, str]) -> None:
+    _, text = page
+    ours = row(text, "alpha_ppo", "robolearn")
+    # SB3 best is sb3_zoo (final IQM 308.3 > 210.0): 110 s / 20 s and 220 s / 36 s; IQM 416.7 >= 308.3.
+    assert ours[7] == "≥100: 5.5x<br>≥300: 6.1x (vs sb3_zoo)"
+    assert ours[8] == "met"
+    assert ours[9] == "380.0 @ 4,000 (robolearn +36.7)"
+    beta = row(text, "beta_sac", "robolearn")
+    assert beta[7] == "≥50: 0.4x (vs sb3_default)"  # median(20, 22) s / 54 s
+    assert beta[8] == "missed"
+    assert beta[9] == "—"
+    # Only the robolearn row carries the comparison.
+    assert row(text, "alpha_ppo", "sb3_zoo")[7:9] == ["", ""]
+
+
+def test_missing_and_unfinished_runs_are_shown(page: tuple[Path, str]) -> None:
+    _, text = page
+    assert row(text, "beta_sac", "robolearn")[2] == "2/3"
+    assert row(text, "beta_sac", "sb3_default")[2] == "2/3"
+    assert row(text, "alpha_ppo", "sb3_default")[2] == "3/3"
+    assert "- robolearn seed 1: unfinished (no summary.json yet)" in text
+    assert "- sb3_default seed 2: missing" in text
+    # An entry without Zoo hyperparameters has no sb3_zoo row.
+    assert not any(line.startswith("| beta_sac | sb3_zoo |") for line in text.splitlines())
+
+
+def test_header(page: tuple[Path, str]) -> None:
+    _, text = page
+    assert text.startswith("# Benchmark results: synthetic\n")
+    assert "Stable-Baselines3 2.9.9 (recorded by the runs)" in text
+    assert ("1-minute load average when runs started: median 2.00, min 1.00, max 3.00 over 3 runs; "
+            "1-minute load average when runs ended: median 4.00, min 4.00, max 4.00 over 3 runs; "
+            "0.05 h of run wall-clock in total over 3 runs; "  # 3 x 60 s
+            "runs started from 2026-11-26T00:00:00Z to 2026-11-26T02:00:00Z") in text
+
+
+def test_figures_are_linked_pngs(page: tuple[Path, str]) -> None:
+    md, text = page
+    for entry in ("alpha_ppo", "beta_sac"):
+        link = f"docs/results/{entry}.png"
+        assert f"]({link})" in text
+        assert (md.parent / link).read_bytes().startswith(PNG_MAGIC)
+    assert not list((md.parent / "docs" / "results").glob(".*.tmp"))
+
+
+def test_regenerating_is_byte_identical(out: Path, page: tuple[Path, str], tmp_path: Path) -> None:
+    md, text = page
+    again = write_report(TABLE, out, md, md.parent / "docs" / "results", reps=REPS)
+    assert again.read_bytes() == text.encode()
+    # From table.json and from a dataclass table alike: the same page.
+    from_json = write_report(None, out, md, md.parent / "docs" / "results", reps=REPS)
+    assert from_json.read_bytes() == text.encode()
+
+    # From the Table of robolearn.benchmark.table (its to_dict spells the YAML keys).
+    table = table_from_dict(TABLE, check_files=False)
+    from_table = write_report(table, out, md, md.parent / "docs" / "results", reps=REPS)
+    assert from_table.read_bytes() == text.encode()
+
+
+def test_an_entry_without_runs_is_shown(out: Path, tmp_path: Path) -> None:
+    entry = {**TABLE["entries"][1], "id": "gamma_sac"}  # nothing under out/gamma_sac
+    md = write_report({**TABLE, "entries": [entry]}, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS)
+    text = md.read_text()
+    assert row(text, "gamma_sac", "robolearn")[2:9] == [
+        "0/3", "n/a", "≥50: n/a (no finished run)", "≥50: n/a (no finished run)", "n/a", "≥50: n/a", "n/a"]
+    assert "- sb3_default seed 0: missing" in text
+    assert (tmp_path / "fig" / "gamma_sac.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_bad_input(out: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such benchmark output folder"):
+        write_report(TABLE, tmp_path / "nowhere", tmp_path / "R.md", tmp_path / "fig")
+    with pytest.raises(ValueError, match="'entries'"):
+        write_report({"name": "x"}, out, tmp_path / "R.md", tmp_path / "fig")
