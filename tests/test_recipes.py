@@ -13,6 +13,7 @@ recipe's budget (one documented exception).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 from pathlib import Path
@@ -23,7 +24,7 @@ import yaml
 
 from robolearn.benchmark.table import Entry, experiments_dir, load_table
 from robolearn.cli.commands import compose_config, train_job
-from robolearn.cli.config import train_config_from_dict
+from robolearn.cli.config import TrainConfig, train_config_from_dict
 
 TABLE = load_table("table")
 """The published table (``configs/benchmark/table.yaml``)."""
@@ -41,6 +42,13 @@ TINY_WORLDS: dict[str, int] = {"ppo": 4, "sac": 2}
 
 SAC_STEPS = 10
 """Control steps per world per iteration of a shrunk SAC run (the recipes' 250-1,000 would take seconds)."""
+
+
+@functools.cache
+def _recipe_config(experiment: str) -> TrainConfig:
+    """``experiment`` composed as ``robolearn train experiment=<experiment>`` composes it (cached: a
+    composition costs about a second on a loaded machine)."""
+    return train_config_from_dict(compose_config("train", [f"experiment={experiment}"]))
 
 
 def _recipe_file(entry: Entry) -> dict[str, Any]:
@@ -64,7 +72,7 @@ def _tiny_overrides(entry: Entry, run_dir: Path) -> list[str]:
         "runner.eval_steps=10",  # 10 control steps per evaluation episode, not the task's 1,000
     ]
     if entry.algo == "ppo":
-        num_steps = train_config_from_dict(compose_config("train", [f"experiment={entry.experiment}"])).algo.num_steps
+        num_steps = _recipe_config(entry.experiment).algo.num_steps
         out.append(f"total_env_steps={2 * worlds * num_steps}")
     else:
         # Learning starts after 10 stored transitions, so the second iteration runs gradient steps
@@ -97,7 +105,7 @@ def test_table_lists_the_issue_entries() -> None:
 @pytest.mark.parametrize("entry", TABLE.entries, ids=TABLE.ids)
 def test_entry_matches_its_recipe(entry: Entry) -> None:
     """The entry's task, algorithm, budget and evaluation cadence are the recipe's own."""
-    cfg = train_config_from_dict(compose_config("train", [f"experiment={entry.experiment}"]))
+    cfg = _recipe_config(entry.experiment)
     assert (cfg.task, cfg.algo_name) == (entry.task, entry.algo)
     assert cfg.total_env_steps == BUDGET_EXCEPTIONS.get(entry.id, entry.env_steps)
     # SB3 evaluates every eval_every env steps; robolearn every eval_interval iterations.
@@ -128,6 +136,7 @@ def test_recipe_trains_into_a_run_dir(entry: Entry, tmp_path: Path) -> None:
     for key, value in (recipe.get("runner") or {}).items():
         if f"runner.{key}" not in overridden:
             assert config["runner"][key] == value, f"runner.{key}: {config['runner'][key]!r} != recipe {value!r}"
+    assert config["task_overrides"] == (recipe.get("task_overrides") or {})
     assert config["eval_num_envs"] == 2 and config["num_envs"] == TINY_WORLDS[entry.algo]
 
     with (run_dir / "metrics.csv").open() as f:
