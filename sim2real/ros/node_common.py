@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -331,13 +332,17 @@ def policy_status(rt: DeployRuntime, flags: int, rejected: ThrottledLog, reading
     )
 
 
-def robot_status(robot: SimulatedRobot, rejected: ThrottledLog, commands: int, estop: bool) -> str:
-    """The ``robot_status`` JSON text of a simulated robot node."""
+def robot_status(robot: SimulatedRobot, rejected: ThrottledLog, commands: int, estop: bool,
+                 dropped_ticks: int = 0) -> str:
+    """The ``robot_status`` JSON text of a simulated robot node (``dropped_ticks``: ticks its
+    publishing thread dropped because the transport fell behind, :class:`TickPublisher`).
+    """
     events = list(robot.hold_events)
     return status_json(
         holding=bool(robot.holding), steps=robot.steps, resets=robot.resets, hold_events=len(events),
         last_hold=events[-1] if events else None, last_command=robot.last_command_time, rejected=rejected.count, rejected_last=rejected.last_error,
         commands=commands, estop=estop, sim_time=robot.sim_time, monotonic=time.monotonic(),
+        dropped_ticks=int(dropped_ticks),
     )
 
 
@@ -468,6 +473,90 @@ class RobotTransport(Protocol):
         """ROS time in seconds."""
 
 
+class TickPublisher:
+    """The robot node's publishing thread: the control loop hands each tick over through a bounded
+    mailbox and goes on; this thread publishes it.
+
+    A robot driver's watchdog must never wait on its comms: publishing inside the stepping thread
+    tied the watchdog's hold to how long the transport took (a publish that blocked for 1 s held the
+    robot 1 s late). When the transport falls behind, the oldest waiting tick is dropped (the newest
+    state is what a controller needs) and counted in :attr:`dropped` (``robot_status``'s
+    ``dropped_ticks``). The loop runs on while a publish waits in a call that releases the GIL (a
+    socket, a lock, rospy's queues); rclpy's ``publish`` holds the GIL for as long as ``rcl_publish``
+    blocks (measured: a 100 ms blocked write stalled every Python thread for 100 ms), so in a ROS 2
+    node this keeps the publishing work, not a stuck DDS write, out of the loop.
+    """
+
+    def __init__(self, transport: RobotTransport, logger: logging.Logger, name: str,
+                 cameras: SimCameras | None = None, capacity: int = 4) -> None:
+        """Publish through ``transport`` (``cameras``: their frames with the ticks that carry them);
+        keep at most ``capacity`` ticks waiting.
+        """
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"TickPublisher capacity: expected an integer >= 1, got {capacity!r}")
+        self.transport = transport
+        self.cameras = cameras
+        self.capacity = capacity
+        self.dropped = 0
+        """Ticks dropped unpublished because the transport fell behind."""
+        self.published = 0
+        """Ticks published."""
+        self._queue: deque[tuple[Reading, float | None, bool]] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.failed = 0
+        """Ticks whose publish raised (logged, at most once a second)."""
+        self._logger = logger
+        self._name = name
+        self._last_error_log = -math.inf
+        self._thread = threading.Thread(target=self._run, name=f"{name}-publisher", daemon=True)
+        self._thread.start()
+
+    def offer(self, reading: Reading, reward: float | None, frames: bool) -> None:
+        """Queue a tick (``frames``: publish its camera frames too) without waiting; drop the oldest
+        waiting one when full.
+        """
+        with self._cond:
+            if len(self._queue) >= self.capacity:
+                self._queue.popleft()
+                self.dropped += 1
+            self._queue.append((reading, reward, frames))
+            self._cond.notify()
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        """Publish what waits, then end the thread (a transport still blocked after ``timeout_s`` is
+        left behind: the thread is a daemon).
+        """
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        """Publish ticks as they come, oldest first, until closed and empty."""
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                reading, reward, frames = self._queue.popleft()
+            try:
+                self.transport.publish_tick(reading, reward)
+                if frames and self.cameras is not None:
+                    self.transport.publish_images(self.cameras.frames(reading))
+            except Exception as exc:  # noqa: BLE001 - one failed publish must not end the robot's telemetry
+                self.failed += 1
+                now = time.monotonic()
+                if now - self._last_error_log >= 1.0:  # a broken transport fails every tick: no flood
+                    self._last_error_log = now
+                    self._logger.error("%s: publishing a tick failed (%d in all): %s: %s", self._name, self.failed,
+                                       type(exc).__name__, exc)
+                continue
+            with self._cond:
+                self.published += 1
+
+
 class RobotNode:
     """The simulated robot node's body, the same over ROS 1 and ROS 2: the transport hands it
     parsed commands (or the parse error) and e-stops; it applies them, publishes every tick and
@@ -491,6 +580,8 @@ class RobotNode:
         self.stop = threading.Event()
         self.received: list[tuple[float, float, np.ndarray]] = []
         self.good = 0
+        self.publisher: TickPublisher | None = None
+        """The thread that publishes the ticks while :meth:`run` runs (kept afterwards for its counts)."""
 
     def on_command(self, parse: Callable[[], np.ndarray]) -> None:
         """Apply the command ``parse()`` returns unless e-stopped; reject a malformed one (its
@@ -510,11 +601,14 @@ class RobotNode:
             self.received.append((wall, mono, cmd))
 
     def _on_tick(self) -> None:
-        """After every step (the stepping thread): the state, the reward, and the frames when due."""
-        reading = self.robot.read()
-        self.transport.publish_tick(reading, self.robot.last_reward if self.robot.steps else None)
-        if self.cameras is not None and self.ticks % self.cameras.every == 0:
-            self.transport.publish_images(self.cameras.frames(reading))
+        """After every step (the stepping thread): hand the state, the reward and whether the frames
+        are due to the publishing thread; never wait on the transport (:class:`TickPublisher`).
+        """
+        publisher = self.publisher
+        if publisher is None:
+            return
+        frames = self.cameras is not None and self.ticks % self.cameras.every == 0
+        publisher.offer(self.robot.read(), self.robot.last_reward if self.robot.steps else None, frames)
         self.ticks += 1
 
     def on_estop(self, pressed: bool) -> None:
@@ -531,6 +625,7 @@ class RobotNode:
         args, robot = self.args, self.robot
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: self.stop.set())
+        publisher = self.publisher = TickPublisher(self.transport, self.logger, f"robot {robot.task_id}", self.cameras)
         robot.on_tick = self._on_tick
         if args.wait_for_policy > 0:
             # Like a driver enabling its motors once a controller is there: a cart-pole left alone
@@ -549,15 +644,18 @@ class RobotNode:
             while not self.stop.is_set() and alive():
                 if args.duration > 0 and time.monotonic() - t0 >= args.duration:
                     break
-                self.transport.publish_status(robot_status(robot, self.rejected, self.good, self.estop.is_set()))
+                self.transport.publish_status(robot_status(robot, self.rejected, self.good, self.estop.is_set(),
+                                                           publisher.dropped))
                 self.stop.wait(0.1)
         finally:
             robot.on_tick = None
             robot.disconnect()
+            publisher.close()
             if args.command_log:
                 save_commands(args.command_log, self.received, len(robot.features.command_joints))
-            self.logger.info("robot %s: stopped after %d steps (%d holds, %d commands rejected)", robot.task_id,
-                             robot.steps, len(robot.hold_events), self.rejected.count)
+            self.logger.info("robot %s: stopped after %d steps (%d holds, %d commands rejected, %d ticks dropped "
+                             "unpublished)", robot.task_id, robot.steps, len(robot.hold_events), self.rejected.count,
+                             publisher.dropped)
 
 
 class SimCameras:

@@ -17,7 +17,9 @@ commands are ignored and the robot applies its hold command until the node ends.
 ``robot_status`` (``std_msgs/String``, JSON, 10 Hz): ``holding``, ``steps``, ``resets``,
 ``hold_events`` (count) and ``last_hold`` (``time.monotonic()`` of the newest hold: the machine's
 monotonic clock, comparable across processes on one machine), ``rejected`` and ``rejected_last``,
-``commands`` (good ones), ``estop``.
+``commands`` (good ones), ``estop``, ``dropped_ticks`` (ticks not published because the publishers
+fell behind: a publishing thread sends them, so the stepping thread and its watchdog never wait on
+the transport; ``node_common.TickPublisher``).
 
 The robot's :class:`~robolearn.sim2real.robots.base.RobotFeatures` are set as the private parameter
 ``~features`` (JSON text; ``<namespace>/robot/features``), which a policy node started with

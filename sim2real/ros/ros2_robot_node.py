@@ -9,7 +9,11 @@ The ROS 2 twin of ``ros1_robot_node`` (same flags, topics and status fields): th
 real time; after every step the joint state goes out on ``joint_states`` and the reward on
 ``reward``; good commands are applied, malformed ones rejected (logged, naming the field) and the
 robot-side watchdog holds after ``--command-timeout`` without a good one; ``estop`` latches a hold;
-``robot_status`` (JSON, 10 Hz). The robot's features are published on ``robot_features``
+``robot_status`` (JSON, 10 Hz). The ticks go out from a publishing thread
+(``node_common.TickPublisher``; ``dropped_ticks`` in the status counts those it dropped when the
+transport fell behind), so the stepping thread and its watchdog never wait on a publish that
+releases the GIL; rclpy's ``publish`` keeps the GIL while ``rcl_publish`` blocks, so a DDS write stuck
+that way still stalls the whole process. The robot's features are published on ``robot_features``
 (``std_msgs/String``, JSON, transient local) for a policy node started with ``--robot from-topic``.
 ``--images``: the cameras of a pixel task publish as in ``ros1_robot_node`` (same topics, flags and
 features), with :data:`~robolearn.sim2real.ros.ros2.IMAGE_QOS` (best effort, depth 1).

@@ -1,0 +1,196 @@
+"""The robot node's publishing thread: the control loop and its watchdog never wait on the transport.
+
+A CI run of ``tests/test_ros2.py`` saw the robot node hold 1.0 s after the policy's SIGKILL instead
+of 0.1 s: the watchdog lives in the stepping thread, which published every tick itself, so a publish
+that blocked held the watchdog up with it. The transport here is a fake of the node's own
+:class:`~robolearn.sim2real.ros.node_common.RobotTransport` interface whose ``publish_tick`` blocks
+until the test opens its gate, as a DDS writer stuck on a dead reader would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+
+from robolearn.sim2real.robots.base import Reading
+from robolearn.sim2real.robots.sim_robot import SimulatedRobot
+from robolearn.sim2real.ros.common import Topics
+from robolearn.sim2real.ros.node_common import RobotNode, TickPublisher, add_robot_arguments
+
+LOG = logging.getLogger("robolearn.tests.robot_node_publisher")
+
+
+def _until(predicate: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``predicate`` until true or ``timeout_s`` passed; return whether it became true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.002)
+    return predicate()
+
+
+class GatedTransport:
+    """A robot node transport whose ``publish_tick`` waits while :attr:`gate` is closed."""
+
+    def __init__(self, fail_on: float | None = None) -> None:
+        """Open gate; ``fail_on``: raise on the tick whose reading has this stamp."""
+        self.gate = threading.Event()
+        self.gate.set()
+        self.blocked = threading.Event()
+        """Set once a ``publish_tick`` waits at the closed gate."""
+        self.fail_on = fail_on
+        self.ticks: list[tuple[float, float | None]] = []
+        self.images: list[float] = []
+        self.statuses: list[dict[str, Any]] = []
+
+    def publish_tick(self, reading: Reading, reward: float | None) -> None:
+        """Record ``(stamp, reward)``, after the gate opens."""
+        if not self.gate.is_set():
+            self.blocked.set()
+            self.gate.wait()
+        if reading.stamp == self.fail_on:
+            raise OSError("connection reset")
+        self.ticks.append((reading.stamp, reward))
+
+    def publish_status(self, text: str) -> None:
+        """Record the status (never blocks: the node's status goes on while ticks are stuck)."""
+        self.statuses.append(json.loads(text))
+
+    def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
+        """Record the frame's first pixel (the tests write the stamp there)."""
+        self.images.append(float(frames["cam"][0, 0, 0]))
+
+    def command_publishers(self) -> int:
+        """One policy is there."""
+        return 1
+
+    def now(self) -> float:
+        """The monotonic clock stands in for ROS time."""
+        return time.monotonic()
+
+
+class StampCameras:
+    """Stands in for :class:`~robolearn.sim2real.ros.node_common.SimCameras`: one camera whose frame
+    carries the reading's stamp."""
+
+    every = 1
+
+    def frames(self, reading: Reading) -> dict[str, np.ndarray]:
+        """A 1x1 frame holding the stamp."""
+        return {"cam": np.full((1, 1, 3), reading.stamp)}
+
+
+def _reading(stamp: float) -> Reading:
+    return Reading(stamp=stamp, joint_pos=np.zeros(2), joint_vel=np.zeros(2))
+
+
+@pytest.fixture
+def keep_signal_handlers() -> Iterator[None]:
+    """``RobotNode.run`` installs SIGINT/SIGTERM handlers: pytest's come back afterwards."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.usefixtures("keep_signal_handlers")
+def test_the_watchdog_holds_while_a_tick_publish_is_blocked() -> None:
+    """Commands stop while a tick's publish is blocked: the stepping thread goes on stepping and the
+    robot-side watchdog holds before the publish returns; the ticks meanwhile are dropped (oldest
+    first, counted in ``robot_status``) and every tick is published or counted as dropped."""
+    args = add_robot_arguments(argparse.ArgumentParser()).parse_args(
+        ["--task", "Cartpole-Balance", "--command-timeout", "0.1", "--duration", "20"])
+    robot = SimulatedRobot("Cartpole-Balance", seed=0, realtime=True, command_timeout_s=0.1)
+    transport = GatedTransport()
+    body = RobotNode(robot, transport, args, Topics(), LOG)
+    seen: dict[str, Any] = {}
+
+    def drive() -> None:
+        """The policy's side: command until the robot runs free, then stop with the transport stuck."""
+        try:
+            seen["started"] = _until(lambda: robot.is_connected and robot.steps > 0, 10.0)
+            # Commands every 5 ms until the robot no longer holds (it held before the first one).
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:
+                body.on_command(lambda: np.zeros(1))
+                if not robot.holding and robot.steps > 5:
+                    break
+                time.sleep(0.005)
+            seen["commanded"] = not robot.holding
+            holds = len(robot.hold_events)
+            transport.gate.clear()  # the next tick's publish blocks: no more commands come either
+            seen["blocked"] = transport.blocked.wait(10.0)
+            steps = robot.steps
+            seen["held"] = _until(lambda: len(robot.hold_events) > holds, 3.0)
+            seen["held_before_release"] = not transport.gate.is_set()
+            seen["steps_while_blocked"] = robot.steps - steps
+            # the status goes on meanwhile, counting the ticks dropped behind the stuck one
+            seen["status_dropped"] = _until(lambda: any(s.get("dropped_ticks", 0) > 0 for s in transport.statuses), 3.0)
+        finally:
+            transport.gate.set()
+            body.stop.set()
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    body.run()  # here: it installs signal handlers, which only the main thread may
+    driver.join(10.0)
+    assert seen["started"] and seen["commanded"] and seen["blocked"], seen
+    assert seen["held"] and seen["held_before_release"], seen  # the old loop stood still inside publish_tick
+    assert seen["steps_while_blocked"] > 0, seen
+    assert seen["status_dropped"], transport.statuses[-3:]
+    publisher = body.publisher
+    assert publisher is not None and publisher.dropped > 0
+    # every tick was handed over once: published, or dropped while the transport was stuck
+    assert publisher.published + publisher.dropped == body.ticks
+    assert len(transport.ticks) == publisher.published
+    stamps = [s for s, _ in transport.ticks]
+    assert stamps == sorted(stamps)  # in order, the newest last
+    assert robot.holding and not robot.is_connected
+
+
+def test_tick_publisher_drops_the_oldest_waiting_ticks_and_publishes_the_rest_in_order() -> None:
+    """Capacity 2, the transport stuck on tick 0: ticks 1 and 2 wait, 3 and 4 push them out; on
+    release 0, 3, 4 go out in order (with frames for the ticks that asked for them)."""
+    transport = GatedTransport()
+    transport.gate.clear()
+    publisher = TickPublisher(transport, LOG, "robot", StampCameras(), capacity=2)  # type: ignore[arg-type]
+    publisher.offer(_reading(0.0), None, True)
+    assert transport.blocked.wait(5.0)  # tick 0 taken by the thread, its publish stuck
+    for k in range(1, 5):
+        publisher.offer(_reading(float(k)), 0.5 * k, k % 2 == 0)
+    assert publisher.dropped == 2 and publisher.published == 0
+    transport.gate.set()
+    publisher.close(5.0)
+    assert transport.ticks == [(0.0, None), (3.0, 1.5), (4.0, 2.0)]
+    assert transport.images == [0.0, 4.0]  # tick 3 asked for no frame
+    assert publisher.published == 3 and publisher.dropped == 2
+
+
+def test_tick_publisher_logs_a_failed_publish_and_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    """A publish that raises is logged (throttled) and not counted; the next tick goes out."""
+    transport = GatedTransport(fail_on=1.0)
+    publisher = TickPublisher(transport, LOG, "robot", capacity=8)
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        for k in range(3):
+            publisher.offer(_reading(float(k)), None, False)
+        publisher.close(5.0)
+    assert [s for s, _ in transport.ticks] == [0.0, 2.0]
+    assert publisher.published == 2 and publisher.dropped == 0
+    assert "robot: publishing a tick failed (1 in all): OSError: connection reset" in caplog.text
+    assert publisher.failed == 1
+
+
+@pytest.mark.parametrize("capacity", [0, -3, 1.5, True])
+def test_tick_publisher_refuses_a_bad_capacity(capacity: Any) -> None:
+    with pytest.raises(ValueError, match=rf"capacity: expected an integer >= 1, got {capacity!r}"):
+        TickPublisher(GatedTransport(), LOG, "robot", capacity=capacity)
