@@ -213,8 +213,10 @@ def summary_env_steps(path: Path) -> int | None:
 def has_checkpoint(run: Run) -> bool:
     """Whether the run directory holds a checkpoint its library resumes from."""
     if run.lib in SB3_LIBS:
-        folder = run.run_dir / SB3_CHECKPOINT
-        return folder.is_dir() and any(folder.iterdir())
+        # sb3_run swaps its checkpoint in through ``.sb3_checkpoint.old``: a crash mid-swap leaves
+        # only that one, which sb3_run puts back on resume (so it is not a fresh run's partial file).
+        folders = (run.run_dir / SB3_CHECKPOINT, run.run_dir / f".{SB3_CHECKPOINT}.old")
+        return any(f.is_dir() and any(f.iterdir()) for f in folders)
     return any((run.run_dir / "checkpoints").glob("ckpt_*.pt"))
 
 

@@ -334,6 +334,11 @@ def _parse_entry(data: Any, index: int) -> Entry:
         where += f" ({raw['id']})"
     if "thresholds" in raw and not isinstance(raw["thresholds"], list):
         raise ConfigError(f"{where}.thresholds: expected a list of numbers, got {raw['thresholds']!r}")
+    sb3 = raw.get("sb3")
+    if isinstance(sb3, Mapping) and isinstance(sb3.get("zoo"), Mapping):
+        # Converted here: behind ``ZooHyperparams | None`` a missing or wrong field would only read
+        # "expected ZooHyperparams | None".
+        raw["sb3"] = {**sb3, "zoo": to_dataclass(ZooHyperparams, sb3["zoo"], f"{where}.sb3.zoo")}
     if "zoo_reference" in raw:
         raw["zoo_reference"] = _parse_reference(raw["zoo_reference"], f"{where}.zoo_reference")
     return to_dataclass(Entry, raw, where)
