@@ -279,6 +279,7 @@ def test_sac_resume_continues_rows_counters_and_replay_buffer(
         ({"--kwargs": "{not json"}, "--kwargs: not JSON"),
         ({"--kwargs": '{"policy_kwargs": "__import__(\\"os\\")"}'}, "policy_kwargs"),
         ({"--kwargs": '{"n_envs": 4}', "--n-envs": "2"}, "--n-envs: 2 contradicts"),
+        ({"--kwargs": '{"batch_size": 0}'}, "--kwargs: stable_baselines3.PPO rejected"),
     ],
 )
 def test_bad_input_fails_before_writing(

@@ -475,7 +475,10 @@ def run(spec: RunSpec) -> dict[str, Any]:
     if state == "done":
         return json.loads((spec.out / "summary.json").read_text())
     if state == "fresh":
-        session = SB3Run(spec, resume=False)  # built before anything is written: bad kwargs fail here
+        try:  # built before anything is written, so hyperparameters SB3 rejects leave no trace
+            session = SB3Run(spec, resume=False)
+        except (AssertionError, TypeError, ValueError) as err:
+            raise RunError(f"--kwargs: stable_baselines3.{spec.algo.upper()} rejected {spec.described}: {err}") from err
         spec.out.mkdir(parents=True, exist_ok=True)
         for name in RUN_FILES:  # partial files of a run that died before its first checkpoint
             (spec.out / name).unlink(missing_ok=True)
