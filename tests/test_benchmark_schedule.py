@@ -410,3 +410,39 @@ def test_real_sb3_run_finishes_and_is_then_skipped(tmp_path: Path, smoke: Table)
     assert summary["env_steps"] >= 1000
     assert json.loads((run_dir / "config.json").read_text())["lib"] == "sb3_default"
     assert run_benchmark(smoke, out, entries=["cartpole_sac"], libs=["sb3_default"], seeds=[0]).records == []
+
+
+@pytest.mark.slow
+def test_real_robolearn_run_interrupted_by_a_signal_checkpoints_and_resumes(tmp_path: Path, smoke: Table) -> None:
+    out = tmp_path / "out"
+    ppo = dataclasses.replace(smoke.entry("cartpole_ppo"), env_steps=61440)  # 30 iterations of 2048
+    table = dataclasses.replace(smoke, entries=(ppo,))
+    run_dir = out / "cartpole_ppo" / "robolearn" / "seed0"
+
+    def interrupting(cmd: Sequence[str], log_file: IO[bytes], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        proc = schedule.launch(cmd, log_file, env)
+        deadline = time.monotonic() + 120
+        metrics = run_dir / "metrics.csv"
+        while time.monotonic() < deadline and proc.poll() is None:  # the first iteration's row is written
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill <benchmark pid>` would
+        return proc
+
+    first = run_benchmark(table, out, libs=["robolearn"], seeds=[0], launcher=interrupting, poll_s=0.05)
+    log_text = (run_dir / "benchmark.log").read_text()
+    assert first.interrupted and [r.returncode for r in first.records] == [130], log_text
+    assert not (run_dir / "summary.json").exists()
+    stopped_at = [int(p.stem.split("_")[1]) for p in (run_dir / "checkpoints").glob("ckpt_*.pt")]
+    assert len(stopped_at) == 1 and 0 < stopped_at[0] < 61440  # the checkpoint written on the signal
+    assert run_state(Run(ppo, "robolearn", 0, run_dir)) is RunState.RESUME
+
+    second = run_benchmark(table, out, libs=["robolearn"], seeds=[0])
+    assert second.exit_status == 0, (run_dir / "benchmark.log").read_text()
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 61440
+    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    column = rows[0].split(",").index("env_steps")
+    steps = [float(r.split(",")[column]) for r in rows[1:]]
+    assert steps == [2048.0 * k for k in range(1, 31)]  # one row per iteration, none lost or repeated
+    assert [r["state"] for r in _records(out)] == ["fresh", "resume"]

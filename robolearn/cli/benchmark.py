@@ -77,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[name](settings)
     except (UsageError, ConfigError, FileNotFoundError) as exc:
         return _fail(f"benchmark {name}", str(exc))
+    except KeyboardInterrupt:  # before the runs started (while they run, the schedule handles Ctrl-C)
+        print(f"robolearn benchmark {name}: interrupted", file=sys.stderr)
+        return 130
 
 
 def parse_settings(args: Sequence[str], keys: dict[str, str]) -> dict[str, str]:
