@@ -295,3 +295,33 @@ def test_bad_input_fails_before_writing(
     assert sb3_run.main(argv) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_ppo_resume_restores_vecnormalize_statistics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "ppo"
+    argv = _argv(out, "ppo", PPO_TINY, 192, 64, "--normalize")
+    real_checkpoint = sb3_run.SB3Run.checkpoint
+    counts: list[float] = []
+
+    def crash_after_second(self: sb3_run.SB3Run) -> None:
+        real_checkpoint(self)
+        counts.append(float(self.norm.obs_rms.count))
+        if len(counts) == 2:
+            raise KeyboardInterrupt  # as a scheduler's Ctrl-C would, after a complete checkpoint
+
+    monkeypatch.setattr(sb3_run.SB3Run, "checkpoint", crash_after_second)
+    with pytest.raises(KeyboardInterrupt):
+        sb3_run.main(argv)
+    monkeypatch.setattr(sb3_run.SB3Run, "checkpoint", real_checkpoint)
+    restored: list[tuple[float, int]] = []
+    real_init = sb3_run.SB3Run.__init__
+
+    def spy_init(self: sb3_run.SB3Run, spec: sb3_run.RunSpec, resume: bool) -> None:
+        real_init(self, spec, resume)
+        restored.append((float(self.norm.obs_rms.count), int(self.model.num_timesteps)))
+
+    monkeypatch.setattr(sb3_run.SB3Run, "__init__", spy_init)
+    assert sb3_run.main(argv) == 0
+    assert restored == [(counts[1], 128)]
+    assert [int(r["step"]) for r in _rows(out)] == [64, 128, 192]
+    assert json.loads((out / "summary.json").read_text())["evaluations"] == 3
