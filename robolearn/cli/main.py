@@ -1,4 +1,4 @@
-"""The ``robolearn`` console script: ``train``, ``eval``, ``export``, ``sim2sim``, ``compare``, ``demo`` and ``list``.
+"""The ``robolearn`` console script: ``train``, ``eval``, ``export``, ``sim2sim``, ``compare``, ``benchmark``, ``demo`` and ``list``.
 
 ``train``/``eval``/``export``/``sim2sim`` take Hydra overrides (``key=value``, configs in ``robolearn.configs``)
 and run in :mod:`robolearn.cli.commands`. ``demo`` steps a batched task with random actions,
@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         "distill", add_help=False,
         help="distill teacher=<run dir> mode=dagger|aacd: a privileged teacher into a deployable student (--help)")
 
+    commands.add_parser(  # routed before argparse too (robolearn.cli.benchmark)
+        "benchmark", add_help=False,
+        help="benchmark run table=<name> out=<dir> [jobs=2] | benchmark report out=<dir>: the published "
+        "results table, robolearn against Stable-Baselines3 over seeds, resumable (--help)")
+
     demo = commands.add_parser(
         "demo",
         help="step a batched task with random actions, print throughput, write a video",
@@ -95,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from robolearn.cli.distill import distill_command
 
         return distill_command(argv[1:])
+    if argv and argv[0] == "benchmark":
+        from robolearn.cli.benchmark import main as benchmark_main
+
+        return benchmark_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
