@@ -50,25 +50,31 @@ class GatedTransport:
         """Set once a ``publish_tick`` waits at the closed gate."""
         self.fail_on = fail_on
         self.ticks: list[tuple[float, float | None]] = []
-        self.images: list[float] = []
+        self.stamps: list[object] = []
+        self.images: list[tuple[float, object]] = []
         self.statuses: list[dict[str, Any]] = []
 
-    def publish_tick(self, reading: Reading, reward: float | None) -> None:
-        """Record ``(stamp, reward)``, after the gate opens."""
+    def tick_stamp(self) -> float:
+        """The monotonic clock stands in for ROS time."""
+        return time.monotonic()
+
+    def publish_tick(self, reading: Reading, reward: float | None, stamp: object) -> None:
+        """Record ``(reading.stamp, reward)``, after the gate opens; the tick's ``stamp`` in :attr:`stamps`."""
         if not self.gate.is_set():
             self.blocked.set()
             self.gate.wait()
         if reading.stamp == self.fail_on:
             raise OSError("connection reset")
         self.ticks.append((reading.stamp, reward))
+        self.stamps.append(stamp)
 
     def publish_status(self, text: str) -> None:
         """Record the status (never blocks: the node's status goes on while ticks are stuck)."""
         self.statuses.append(json.loads(text))
 
-    def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
-        """Record the frame's first pixel (the tests write the stamp there)."""
-        self.images.append(float(frames["cam"][0, 0, 0]))
+    def publish_images(self, frames: Mapping[str, np.ndarray], stamp: object) -> None:
+        """Record the frame's first pixel (the tests write the reading's stamp there) and ``stamp``."""
+        self.images.append((float(frames["cam"][0, 0, 0]), stamp))
 
     def command_publishers(self) -> int:
         """One policy is there."""
@@ -137,6 +143,7 @@ def test_the_watchdog_holds_while_a_tick_publish_is_blocked() -> None:
             # the status goes on meanwhile, counting the ticks dropped behind the stuck one
             seen["status_dropped"] = _until(lambda: any(s.get("dropped_ticks", 0) > 0 for s in transport.statuses), 3.0)
         finally:
+            seen["release_at"] = time.monotonic()
             transport.gate.set()
             body.stop.set()
 
@@ -155,6 +162,11 @@ def test_the_watchdog_holds_while_a_tick_publish_is_blocked() -> None:
     assert len(transport.ticks) == publisher.published
     stamps = [s for s, _ in transport.ticks]
     assert stamps == sorted(stamps)  # in order, the newest last
+    # each state stamped at its tick (the stepping thread), not when the stuck publish let it go:
+    # the transport's stamp of a tick comes after its reading was taken and before the release
+    # (the old stamp-at-publish would put every tick held behind the stuck one after the release)
+    held_back = [(r, st) for r, st in zip(stamps, transport.stamps, strict=True) if r < seen["release_at"]]
+    assert len(held_back) >= 2 and all(r <= st < seen["release_at"] for r, st in held_back), held_back
     assert robot.holding and not robot.is_connected
 
 
@@ -164,15 +176,16 @@ def test_tick_publisher_drops_the_oldest_waiting_ticks_and_publishes_the_rest_in
     transport = GatedTransport()
     transport.gate.clear()
     publisher = TickPublisher(transport, LOG, "robot", StampCameras(), capacity=2)  # type: ignore[arg-type]
-    publisher.offer(_reading(0.0), None, True)
+    publisher.offer(_reading(0.0), None, "t0", True)
     assert transport.blocked.wait(5.0)  # tick 0 taken by the thread, its publish stuck
     for k in range(1, 5):
-        publisher.offer(_reading(float(k)), 0.5 * k, k % 2 == 0)
+        publisher.offer(_reading(float(k)), 0.5 * k, f"t{k}", k % 2 == 0)
     assert publisher.dropped == 2 and publisher.published == 0
     transport.gate.set()
     publisher.close(5.0)
     assert transport.ticks == [(0.0, None), (3.0, 1.5), (4.0, 2.0)]
-    assert transport.images == [0.0, 4.0]  # tick 3 asked for no frame
+    assert transport.stamps == ["t0", "t3", "t4"]  # each with its tick's stamp, not the publish time
+    assert transport.images == [(0.0, "t0"), (4.0, "t4")]  # tick 3 asked for no frame
     assert publisher.published == 3 and publisher.dropped == 2
 
 
@@ -182,7 +195,7 @@ def test_tick_publisher_logs_a_failed_publish_and_goes_on(caplog: pytest.LogCapt
     publisher = TickPublisher(transport, LOG, "robot", capacity=8)
     with caplog.at_level(logging.ERROR, logger=LOG.name):
         for k in range(3):
-            publisher.offer(_reading(float(k)), None, False)
+            publisher.offer(_reading(float(k)), None, k, False)
         publisher.close(5.0)
     assert [s for s, _ in transport.ticks] == [0.0, 2.0]
     assert publisher.published == 2 and publisher.dropped == 0

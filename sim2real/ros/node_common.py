@@ -455,16 +455,24 @@ def drive_policy(runtime: DeployRuntime, robot: Any, transport: PolicyTransport,
 class RobotTransport(Protocol):
     """What a simulated robot node needs of its ROS client."""
 
-    def publish_tick(self, reading: Reading, reward: float | None) -> None:
-        """Publish the state just measured and the step's reward (``None``: no step was taken, the
-        world stands still before the first command, so there is no reward to publish).
+    def tick_stamp(self) -> object:
+        """The ROS time now, in the form :meth:`publish_tick` takes it (called by the stepping thread
+        at each tick: a state is stamped with its tick's time, not with when it was published).
+        """
+
+    def publish_tick(self, reading: Reading, reward: float | None, stamp: object) -> None:
+        """Publish the state just measured, stamped ``stamp`` (:meth:`tick_stamp` at its tick), and
+        the step's reward (``None``: no step was taken, the world stands still before the first
+        command, so there is no reward to publish).
         """
 
     def publish_status(self, text: str) -> None:
         """Publish ``robot_status``."""
 
-    def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
-        """Publish each camera's frame (``uint8 [H, W, C]`` in its declared encoding), stamped now."""
+    def publish_images(self, frames: Mapping[str, np.ndarray], stamp: object) -> None:
+        """Publish each camera's frame (``uint8 [H, W, C]`` in its declared encoding), stamped
+        ``stamp`` (the tick's, as its joint state).
+        """
 
     def command_publishers(self) -> int:
         """Publishers connected to the command topic."""
@@ -501,7 +509,7 @@ class TickPublisher:
         """Ticks dropped unpublished because the transport fell behind."""
         self.published = 0
         """Ticks published."""
-        self._queue: deque[tuple[Reading, float | None, bool]] = deque()
+        self._queue: deque[tuple[Reading, float | None, object, bool]] = deque()
         self._cond = threading.Condition()
         self._closed = False
         self.failed = 0
@@ -512,15 +520,15 @@ class TickPublisher:
         self._thread = threading.Thread(target=self._run, name=f"{name}-publisher", daemon=True)
         self._thread.start()
 
-    def offer(self, reading: Reading, reward: float | None, frames: bool) -> None:
-        """Queue a tick (``frames``: publish its camera frames too) without waiting; drop the oldest
-        waiting one when full.
+    def offer(self, reading: Reading, reward: float | None, stamp: object, frames: bool) -> None:
+        """Queue a tick stamped ``stamp`` (``frames``: publish its camera frames too) without waiting;
+        drop the oldest waiting one when full.
         """
         with self._cond:
             if len(self._queue) >= self.capacity:
                 self._queue.popleft()
                 self.dropped += 1
-            self._queue.append((reading, reward, frames))
+            self._queue.append((reading, reward, stamp, frames))
             self._cond.notify()
 
     def close(self, timeout_s: float = 1.0) -> None:
@@ -540,11 +548,11 @@ class TickPublisher:
                     self._cond.wait()
                 if not self._queue:
                     return
-                reading, reward, frames = self._queue.popleft()
+                reading, reward, stamp, frames = self._queue.popleft()
             try:
-                self.transport.publish_tick(reading, reward)
+                self.transport.publish_tick(reading, reward, stamp)
                 if frames and self.cameras is not None:
-                    self.transport.publish_images(self.cameras.frames(reading))
+                    self.transport.publish_images(self.cameras.frames(reading), stamp)
             except Exception as exc:  # noqa: BLE001 - one failed publish must not end the robot's telemetry
                 self.failed += 1
                 now = time.monotonic()
@@ -601,14 +609,17 @@ class RobotNode:
             self.received.append((wall, mono, cmd))
 
     def _on_tick(self) -> None:
-        """After every step (the stepping thread): hand the state, the reward and whether the frames
-        are due to the publishing thread; never wait on the transport (:class:`TickPublisher`).
+        """After every step (the stepping thread): hand the state, the reward, the tick's ROS time and
+        whether the frames are due to the publishing thread; never wait on the transport
+        (:class:`TickPublisher`). The stamp is taken here: a state published late still carries its
+        tick's time (a bag's import resamples on the stamps).
         """
         publisher = self.publisher
         if publisher is None:
             return
         frames = self.cameras is not None and self.ticks % self.cameras.every == 0
-        publisher.offer(self.robot.read(), self.robot.last_reward if self.robot.steps else None, frames)
+        publisher.offer(self.robot.read(), self.robot.last_reward if self.robot.steps else None,
+                        self.transport.tick_stamp(), frames)
         self.ticks += 1
 
     def on_estop(self, pressed: bool) -> None:

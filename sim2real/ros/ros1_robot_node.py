@@ -106,16 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     subs: list = []
 
     class Transport:
-        def publish_tick(self, reading: Reading, reward: float | None) -> None:
-            state_pub.publish(ros1.joint_state_message(features, reading))
+        def tick_stamp(self) -> rospy.Time:
+            return rospy.Time.now()
+
+        def publish_tick(self, reading: Reading, reward: float | None, stamp: rospy.Time) -> None:
+            state_pub.publish(ros1.joint_state_message(features, reading, stamp))
             if reward is not None:
                 reward_pub.publish(Float64(reward))
 
         def publish_status(self, text: str) -> None:
             status_pub.publish(String(text))
 
-        def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
-            stamp = rospy.Time.now()
+        def publish_images(self, frames: Mapping[str, np.ndarray], stamp: rospy.Time) -> None:
             for camera, image in frames.items():
                 image_pubs[camera].publish(ros1.image_message(image, features.cameras[camera].encoding, compressed, stamp))
 

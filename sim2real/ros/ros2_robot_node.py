@@ -77,18 +77,21 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s: camera %r on %s", NODE, camera, topics.image_topic(camera))
 
     class Transport:
-        def publish_tick(self, reading: Reading, reward: float | None) -> None:
-            state_pub.publish(ros2.joint_state_message(features, reading, node.get_clock().now().nanoseconds))
+        def tick_stamp(self) -> int:
+            return node.get_clock().now().nanoseconds
+
+        def publish_tick(self, reading: Reading, reward: float | None, stamp: int) -> None:
+            state_pub.publish(ros2.joint_state_message(features, reading, stamp))
             if reward is not None:
                 reward_pub.publish(Float64(data=reward))
 
         def publish_status(self, text: str) -> None:
             status_pub.publish(String(data=text))
 
-        def publish_images(self, frames: Mapping[str, np.ndarray]) -> None:
-            now = node.get_clock().now().nanoseconds
+        def publish_images(self, frames: Mapping[str, np.ndarray], stamp: int) -> None:
             for camera, image in frames.items():
-                image_pubs[camera].publish(ros2.image_message(image, features.cameras[camera].encoding, compressed, now))
+                image_pubs[camera].publish(ros2.image_message(image, features.cameras[camera].encoding, compressed,
+                                                              stamp))
 
         def command_publishers(self) -> int:
             return node.count_publishers(command_topic)
