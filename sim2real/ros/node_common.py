@@ -7,7 +7,9 @@
   (:func:`policy_settings`);
 * the status messages' contents (:func:`policy_status`, :func:`robot_status`) and what a
   policy node writes when it stops (:func:`finish_policy`);
-* atomic files (:func:`write_text_atomic`, :func:`save_commands`) and logging to stderr.
+* atomic files (:func:`write_text_atomic`, :func:`save_commands`) and logging to stderr;
+* the simulated robot node's body (:class:`RobotNode`), whose ticks go out from a publishing thread
+  (:class:`TickPublisher`) so that the stepping thread and its watchdog never wait on the transport.
 
 The ROS-specific halves are :mod:`robolearn.sim2real.ros.ros1` / ``ros1_*_node`` (rospy) and
 :mod:`robolearn.sim2real.ros.ros2` / ``ros2_*_node`` (rclpy).
@@ -486,8 +488,8 @@ class TickPublisher:
     mailbox and goes on; this thread publishes it.
 
     A robot driver's watchdog must never wait on its comms: publishing inside the stepping thread
-    tied the watchdog's hold to how long the transport took (a publish that blocked for 1 s held the
-    robot 1 s late). When the transport falls behind, the oldest waiting tick is dropped (the newest
+    tied the watchdog's hold to how long the transport took (a publish blocked for 1 s would hold
+    the robot 1 s late). When the transport falls behind, the oldest waiting tick is dropped (the newest
     state is what a controller needs) and counted in :attr:`dropped` (``robot_status``'s
     ``dropped_ticks``). The loop runs on while a publish waits in a call that releases the GIL (a
     socket, a lock, rospy's queues); rclpy's ``publish`` holds the GIL for as long as ``rcl_publish``

@@ -34,7 +34,7 @@ policy process is still starting.
 step each camera the simulated robot declares (its task's camera terms, named by the MJCF camera:
 ``fixed`` for Cartpole-Swingup-Pixels) publishes its frame of that step, the env's own observation of
 that state, on ``<namespace>/<camera>/image_raw`` as ``sensor_msgs/Image`` (``rgb8``, stamped with
-ROS time when published), or with ``--image-transport compressed`` on
+the ROS time of its tick, as the joint state), or with ``--image-transport compressed`` on
 ``<namespace>/<camera>/image_raw/compressed`` as a PNG ``CompressedImage`` (lossless). The cameras
 are declared in the features (``~features``, ``--features-out``) only with ``--images``; the
 publishers keep one frame (``queue_size=1``).
