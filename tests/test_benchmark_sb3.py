@@ -325,3 +325,92 @@ def test_ppo_resume_restores_vecnormalize_statistics(tmp_path: Path, monkeypatch
     assert restored == [(counts[1], 128)]
     assert [int(r["step"]) for r in _rows(out)] == [64, 128, 192]
     assert json.loads((out / "summary.json").read_text())["evaluations"] == 3
+
+
+# -- the recipe's MDP and the replay buffer's size ------------------------------------------------
+def test_task_overrides_shape_training_and_eval_envs_and_are_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    argv = _argv(out, "ppo", PPO_TINY, 64, 64, "--task-overrides", json.dumps({"episode_length": 20}))
+    spec = sb3_run.parse_args(argv)
+    session = sb3_run.SB3Run(spec, resume=False)
+    try:
+        # Reacher's registered episode is 50 steps: both envs must run the recipe's 20.
+        assert session.eval_env.max_episode_length == 20
+        assert session.venv.batched_env.max_episode_length == 20
+    finally:
+        session.close()
+    assert sb3_run.main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["task_overrides"] == {"episode_length": 20}
+    assert float(_rows(out)[-1]["eval/episode_length"]) == 20.0
+    # Another recipe's MDP does not resume this run's checkpoint.
+    (out / "summary.json").unlink()
+    other = _argv(out, "ppo", PPO_TINY, 128, 64, "--task-overrides", "{}")
+    assert sb3_run.main(other) == 2
+
+
+def test_bad_task_overrides_fail_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 64, 64, "--task-overrides", '{"episode_lenght": 3}')) == 2
+    assert "--task-overrides: override 'episode_lenght'" in capsys.readouterr().err
+    assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 64, 64, "--task-overrides", "[1]")) == 2
+    assert "--task-overrides: expected a JSON object" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_replay_capacity_caps_sb3_default_at_what_the_budget_stores(tmp_path: Path) -> None:
+    def spec(steps: int, n_envs: int, **kwargs: Any) -> sb3_run.RunSpec:
+        return sb3_run.RunSpec("Reacher", "sac", "sb3_default", 0, steps, steps, 2, tmp_path, kwargs, {}, n_envs, None)
+
+    assert sb3_run.replay_capacity(spec(60_000, 1), 1000) == 60_001  # budget + the last step's overshoot
+    assert sb3_run.replay_capacity(spec(150, 2, train_freq=3), 50) == 156  # 150 + 2 worlds x 3, a multiple of 2
+    assert sb3_run.replay_capacity(spec(151, 2, train_freq=(2, "episode")), 50) == 352  # 151 + 2 x 2 x 50 -> 176 rows
+    assert sb3_run.replay_capacity(spec(3_000_000, 1), 1000) == 1_000_000  # never above SB3's default
+
+
+def test_sac_buffer_is_capped_recorded_and_grows_with_a_raised_budget(tmp_path: Path) -> None:
+    out = tmp_path / "sac"
+    tiny = {k: v for k, v in SAC_TINY.items() if k != "buffer_size"}
+    assert sb3_run.main(_argv(out, "sac", tiny, 100, 50)) == 0
+    assert json.loads((out / "config.json").read_text())["replay_buffer_size"] == 101
+    # An explicit buffer_size is the hyperparameters' and is kept.
+    assert sb3_run.main(_argv(tmp_path / "explicit", "sac", SAC_TINY, 50, 50)) == 0
+    assert json.loads((tmp_path / "explicit" / "config.json").read_text())["replay_buffer_size"] == 1000
+
+    sizes: list[tuple[int, int, bool]] = []
+    real_train = sb3_run.SB3Run.train
+
+    def spy_train(self: sb3_run.SB3Run) -> dict[str, Any]:
+        summary = real_train(self)
+        buffer = self.model.replay_buffer
+        sizes.append((int(buffer.buffer_size), int(buffer.size()), bool(buffer.full)))
+        return summary
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sb3_run.SB3Run, "train", spy_train)
+        assert sb3_run.main(_argv(out, "sac", tiny, 200, 50)) == 0  # the budget raised: resumed, grown
+    assert sizes == [(201, 200, False)]  # no transition overwritten
+    assert json.loads((out / "config.json").read_text())["replay_buffer_size"] == 201
+
+
+def test_grow_replay_buffer_keeps_the_stored_rows() -> None:
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    def filled(size: int, adds: int) -> ReplayBuffer:
+        buffer = ReplayBuffer(size, spaces.Box(-1, 1, (2,)), spaces.Box(-1, 1, (1,)), n_envs=2)
+        for k in range(adds):
+            obs = np.full((2, 2), k, dtype=np.float32)
+            buffer.add(obs, obs + 1, np.zeros((2, 1)), np.array([k, -k]), np.zeros(2), [{}, {}])
+        return buffer
+
+    buffer = filled(8, 3)  # 4 rows of 2 worlds, 3 used
+    sb3_run.grow_replay_buffer(buffer, 10)
+    assert buffer.buffer_size == 5 and buffer.pos == 3 and buffer.size() == 3 and not buffer.full
+    assert buffer.rewards.shape == (5, 2) and buffer.rewards[:3].tolist() == [[0, 0], [1, -1], [2, -2]]
+    assert buffer.next_observations[2].tolist() == [[3, 3], [3, 3]]
+    buffer.add(*(np.zeros((2, 2)),) * 2, np.zeros((2, 1)), np.ones(2), np.zeros(2), [{}, {}])
+    buffer.add(*(np.zeros((2, 2)),) * 2, np.zeros((2, 1)), np.ones(2), np.zeros(2), [{}, {}])
+    assert buffer.pos == 0 and buffer.full  # the fifth row existed
+    with pytest.raises(sb3_run.RunError, match="full"):
+        sb3_run.grow_replay_buffer(filled(4, 3), 10)  # 2 rows, wrapped: its oldest row is gone

@@ -23,6 +23,18 @@ Evaluations happen at the first rollout boundary at or past every ``--eval-every
 after an update; SAC: between ``train_freq`` collections) and at the end; their time, and the
 checkpoint's, is left out of ``time/train_s``.
 
+The task is the robolearn recipe's MDP: ``--task-overrides`` (the recipe's ``task_overrides``,
+which the benchmark's schedule reads from ``configs/experiment/<name>.yaml``) configures both the
+training env and the evaluation env, as ``robolearn train`` builds its own; they are recorded in
+``config.json``.
+
+SAC's replay buffer: SB3's default ``buffer_size`` (1,000,000) allocates, and checkpoints, a buffer
+far larger than a short budget can fill (about 200 MB for Hopper at any budget). When the
+hyperparameters do not set ``buffer_size``, the run uses ``min(1,000,000, budget + the last
+collection's overshoot)`` (:func:`replay_capacity`): the buffer never fills, so sampling (uniform
+over the stored transitions) is what it would be with the default, and the value used is recorded in
+``config.json`` (``replay_buffer_size``). A resume to a raised budget grows a capped buffer first.
+
 At every evaluation the run is checkpointed atomically in ``<out>/sb3_checkpoint/`` (``model.zip``,
 the replay buffer for SAC, the ``VecNormalize`` statistics, ``state.json`` with the counters and a
 copy of ``metrics.csv``). Started again on a directory holding a checkpoint and no finished
@@ -67,6 +79,9 @@ CHECKPOINT = "sb3_checkpoint"
 RUN_FILES: tuple[str, ...] = ("config.json", "metrics.csv", "summary.json")
 """The files this runner writes at the top of a run directory (removed before a fresh start)."""
 
+SB3_DEFAULT_BUFFER_SIZE = 1_000_000
+"""SB3 SAC's default ``buffer_size``: the cap of a replay buffer the hyperparameters leave unset."""
+
 BLOCK_KEYS: frozenset[str] = frozenset({"kwargs", "n_envs", "normalize", "source"})
 """Keys of a table's ``sb3.zoo`` block, accepted whole as ``--kwargs``."""
 
@@ -96,6 +111,10 @@ class RunSpec:
     """``VecNormalize`` arguments, or ``None``."""
     zoo_n_timesteps: float | None = None
     source: str | None = None
+    task_overrides: dict[str, Any] = field(default_factory=dict)
+    """The recipe's task config overrides (nested as in ``configs/experiment/*.yaml``)."""
+    replay_buffer_size: int | None = None
+    """SAC: the replay buffer's capacity used (set when the model is built; ``None`` for PPO)."""
 
     def config(self) -> dict[str, Any]:
         """``config.json`` of the run."""
@@ -110,6 +129,8 @@ class RunSpec:
             "sb3_version": stable_baselines3.__version__,
             "n_envs": self.n_envs,
             "normalize": self.normalize,
+            "task_overrides": self.task_overrides,
+            "replay_buffer_size": self.replay_buffer_size,
             "total_env_steps": self.env_steps,
             "eval_every": self.eval_every,
             "eval_num_envs": self.eval_episodes,
@@ -157,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kwargs", default="{}", help="JSON: SB3/Zoo hyperparameters, or a table's zoo block")
     p.add_argument("--n-envs", type=int, default=None, help="training worlds (default: the block's, else 1)")
     p.add_argument("--normalize", action="store_true", help="VecNormalize observations and rewards (as the Zoo)")
+    p.add_argument("--task-overrides", default="{}",
+                   help="JSON: task config overrides for the training and evaluation envs (a recipe's task_overrides)")
     return p
 
 
@@ -190,6 +213,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RunSpec:
         raise RunError(f"--kwargs: not JSON ({err.msg} at character {err.pos}): {a.kwargs!r}") from err
     if not isinstance(raw, dict):
         raise RunError(f"--kwargs: expected a JSON object, got {raw!r}")
+    task_overrides = _task_overrides(a.task, a.task_overrides)
     source = None
     if "kwargs" in raw:  # a table's whole zoo block: {source, n_envs, normalize, kwargs}
         unknown = set(raw) - BLOCK_KEYS
@@ -218,8 +242,53 @@ def parse_args(argv: Sequence[str] | None = None) -> RunSpec:
     return RunSpec(
         task=a.task, algo=a.algo, lib=a.lib, seed=a.seed, env_steps=a.env_steps, eval_every=a.eval_every,
         eval_episodes=a.eval_episodes, out=Path(a.out), kwargs=tr.kwargs, described=tr.described, n_envs=n_envs,
-        normalize=normalize, zoo_n_timesteps=tr.n_timesteps, source=source,
+        normalize=normalize, zoo_n_timesteps=tr.n_timesteps, source=source, task_overrides=task_overrides,
     )
+
+
+def _task_overrides(task: str, text: str) -> dict[str, Any]:
+    """``--task-overrides`` parsed and tried on the task's config (so a bad key fails before anything runs)."""
+    from robolearn.envs.registry import task_cfg
+
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RunError(f"--task-overrides: not JSON ({err.msg} at character {err.pos}): {text!r}") from err
+    if not isinstance(overrides, dict):
+        raise RunError(f"--task-overrides: expected a JSON object of task config fields, got {overrides!r}")
+    try:
+        task_cfg(task, **flatten_overrides(overrides))
+    except (ValueError, TypeError) as err:
+        raise RunError(f"--task-overrides: {err}") from err
+    return overrides
+
+
+def flatten_overrides(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested task overrides as ``make`` keywords, ``{"a": {"b": 1}}`` -> ``{"a__b": 1}``, as
+    ``robolearn train`` passes a recipe's ``task_overrides`` (an empty mapping is a value: ``{}``).
+    """
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        name = f"{prefix}__{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten_overrides(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def replay_capacity(spec: RunSpec, max_episode_length: int) -> int:
+    """SAC's replay capacity when the hyperparameters leave ``buffer_size`` unset: SB3's default,
+    capped at what the run can store: the budget plus the last collection's overshoot (SB3 checks
+    the budget between ``train_freq`` collections of ``n_envs`` worlds each), a multiple of
+    ``n_envs`` (SB3 keeps ``buffer_size // n_envs`` rows of ``n_envs`` transitions).
+    """
+    freq = spec.kwargs.get("train_freq", 1)
+    count, unit = (freq[0], freq[1]) if isinstance(freq, (list, tuple)) else (freq, "step")
+    per_world = int(count) * (int(max_episode_length) if unit == "episode" else 1)
+    need = spec.env_steps + spec.n_envs * per_world
+    rows = -(-need // spec.n_envs)  # ceil
+    return min(SB3_DEFAULT_BUFFER_SIZE, rows * spec.n_envs)
 
 
 # -- evaluation ----------------------------------------------------------------------------------
@@ -266,9 +335,17 @@ class SB3Run:
         self.spec = spec
         self.ckpt = spec.out / CHECKPOINT
         self.counters = Counters(next_eval=spec.eval_every)
-        train_env = make(spec.task, spec.n_envs, seed=spec.seed, nthread=1)
+        # The recipe's MDP on both envs; evaluation without the curriculum, as robolearn train builds it.
+        overrides = flatten_overrides(spec.task_overrides)
+        train_env = make(spec.task, spec.n_envs, seed=spec.seed, nthread=1, **overrides)
         venv: Any = RobolearnSB3VecEnv(env=train_env)
-        self.eval_env = make(spec.task, spec.eval_episodes, seed=EVAL_SEED_OFFSET + spec.seed, nthread=1, curriculum={})
+        self.eval_env = make(spec.task, spec.eval_episodes, seed=EVAL_SEED_OFFSET + spec.seed, nthread=1,
+                             **{**overrides, "curriculum": {}})
+        kwargs = dict(spec.kwargs)
+        if spec.algo == "sac":
+            if "buffer_size" not in kwargs:
+                kwargs["buffer_size"] = replay_capacity(spec, int(train_env.max_episode_length))
+            spec.replay_buffer_size = int(kwargs["buffer_size"])
         self.norm: Any = None
         cls = sb3_class(spec.algo)
         if resume:
@@ -286,10 +363,14 @@ class SB3Run:
                         f"{self.ckpt}: the replay buffer holds {self.model.replay_buffer.size()} transitions, "
                         f"state.json says {self.counters.replay_size}"
                     )
+                # A budget raised since: a capped buffer grows to the new cap (never shrinks).
+                if "buffer_size" not in spec.kwargs:
+                    grow_replay_buffer(self.model.replay_buffer, spec.replay_buffer_size or 0)
+                spec.replay_buffer_size = _capacity(self.model.replay_buffer)
         else:
             if spec.normalize is not None:
                 venv = self.norm = VecNormalize(venv, **spec.normalize)
-            self.model = cls("MlpPolicy", venv, seed=spec.seed, device="cpu", verbose=0, **spec.kwargs)
+            self.model = cls("MlpPolicy", venv, seed=spec.seed, device="cpu", verbose=0, **kwargs)
         self.venv = venv
         self.logger: Logger | None = None
         self._segment = 0.0
@@ -399,6 +480,37 @@ class SB3Run:
         self.eval_env.close()
 
 
+REPLAY_ARRAYS: tuple[str, ...] = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+"""The per-row arrays of SB3's ``ReplayBuffer`` (``[buffer_size, n_envs, ...]``)."""
+
+
+def _capacity(buffer: Any) -> int:
+    """Transitions ``buffer`` holds when full."""
+    return int(buffer.buffer_size) * int(buffer.n_envs)
+
+
+def grow_replay_buffer(buffer: Any, capacity: int) -> None:
+    """Enlarge SB3's ``ReplayBuffer`` in place to ``capacity`` transitions (kept rows unchanged).
+
+    Raises:
+        RunError: the buffer already wrapped (its oldest transitions are gone: a larger one would
+            not be the run the cap promised).
+    """
+    rows = capacity // int(buffer.n_envs)
+    if rows <= int(buffer.buffer_size):
+        return
+    if buffer.full:
+        raise RunError(f"the replay buffer of {buffer.buffer_size} rows is full; it cannot grow to {rows} rows")
+    for name in REPLAY_ARRAYS:
+        old = getattr(buffer, name, None)
+        if old is None:  # next_observations with optimize_memory_usage
+            continue
+        new = np.zeros((rows, *old.shape[1:]), dtype=old.dtype)
+        new[: old.shape[0]] = old
+        setattr(buffer, name, new)
+    buffer.buffer_size = rows
+
+
 def _counters_json(c: Counters) -> dict[str, Any]:
     return {
         "env_steps": c.env_steps, "train_s": c.train_s, "eval_s": c.eval_s, "evaluations": c.evaluations,
@@ -458,7 +570,8 @@ def run_state(spec: RunSpec) -> str:
         if config.is_file():
             have = json.loads(config.read_text())
             want = spec.config()
-            for key in ("algo", "lib", "task", "seed", "sb3_kwargs", "n_envs", "normalize"):
+            have.setdefault("task_overrides", {})  # runs from before the flag trained the registered task
+            for key in ("algo", "lib", "task", "seed", "sb3_kwargs", "n_envs", "normalize", "task_overrides"):
                 if have.get(key) != json.loads(json.dumps(want[key])):
                     raise RunError(
                         f"--out: {out} holds a checkpoint of another run ({key} is {have.get(key)!r} there, "
@@ -489,6 +602,11 @@ def run(spec: RunSpec) -> dict[str, Any]:
         shutil.copyfile(spec.out / CHECKPOINT / "metrics.csv", spec.out / ".metrics.csv.restore")
         os.replace(spec.out / ".metrics.csv.restore", spec.out / "metrics.csv")
         session = SB3Run(spec, resume=True)
+        # The budget and (SAC) the replay capacity of this session; the rest is the run's, checked above.
+        config_path = spec.out / "config.json"
+        config = json.loads(config_path.read_text()) if config_path.is_file() else spec.config()
+        config.update(total_env_steps=spec.env_steps, replay_buffer_size=spec.replay_buffer_size)
+        _write_json(config_path, config)
     try:
         return session.train()
     finally:
