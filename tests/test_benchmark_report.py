@@ -217,6 +217,7 @@ def test_regenerating_is_byte_identical(out: Path, page: tuple[Path, str], tmp_p
     table = table_from_dict(TABLE, check_files=False)
     from_table = write_report(table, out, md, md.parent / "docs" / "results", reps=REPS)
     assert from_table.read_bytes() == text.encode()
+    assert "| 380.0 @ 4,000 (robolearn +36.7) |" in text  # the Zoo reference survives the Table (zoo_reference.return)
 
 
 def test_an_entry_without_runs_is_shown(out: Path, tmp_path: Path) -> None:

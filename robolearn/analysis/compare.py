@@ -207,6 +207,17 @@ def _bootstrap(
     return np.asarray(point[name]), np.asarray(interval[name][0]), np.asarray(interval[name][1])
 
 
+def bootstrap_interval(
+    name: str, scores: np.ndarray, func: Callable[[np.ndarray], np.ndarray], reps: int, seed: int,
+    confidence: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(point, low, high) of ``func`` (e.g. :func:`iqm`) over rliable's stratified bootstrap of
+    ``scores`` ``[runs, K]``, seeded by ``seed``: the intervals :func:`compare` reports, for other
+    pages (robolearn.benchmark.report) that need the same statistic.
+    """
+    return _bootstrap(name, scores, func, reps, seed, confidence)
+
+
 def probability_of_improvement(
     x: np.ndarray, y: np.ndarray, reps: int, seed: int, confidence: float
 ) -> Estimate:
@@ -402,6 +413,18 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def new_figure(width: float, height: float) -> Any:
+    """A matplotlib ``Figure`` (inches) on its own Agg canvas, as this module's figures are drawn:
+    no pyplot state, no display needed.
+    """
+    return _figure(width, height)
+
+
+def png_bytes(fig: Any) -> bytes:
+    """``fig`` rendered as PNG bytes."""
+    return _png(fig)
+
+
 def curves_png(result: Comparison) -> bytes:
     """The IQM curves with their shaded intervals, as PNG bytes."""
     fig = _figure(7.0, 4.4)
@@ -473,11 +496,14 @@ __all__ = [
     "Estimate",
     "MethodResult",
     "PairResult",
+    "bootstrap_interval",
     "compare",
     "curves_png",
     "default_at",
     "iqm",
     "markdown",
+    "new_figure",
+    "png_bytes",
     "poi_png",
     "probability_of_improvement",
     "report_files",

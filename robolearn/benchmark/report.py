@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from robolearn.analysis.compare import Estimate, _bootstrap, _figure, _png, iqm, write_files
+from robolearn.analysis.compare import Estimate, bootstrap_interval, iqm, new_figure, png_bytes, write_files
 from robolearn.analysis.runs import Group, RunCurve, common_grid, load_run, score_matrix
 from robolearn.utils.config import read_json_object
 
@@ -198,7 +198,7 @@ def _lib_result(
     final = None
     if runs:
         finals = np.array([[run.returns[-1]] for run in runs])
-        point, low, high = _bootstrap(lib, finals, iqm, reps, seed, CONFIDENCE)
+        point, low, high = bootstrap_interval(lib, finals, iqm, reps, seed, CONFIDENCE)
         final = Estimate(float(point[0]), float(low[0]), float(high[0]))
     thresholds = [float(t) for t in entry.get("thresholds") or []]
     rate = float(np.median([run.steps_per_s for run in runs])) if runs else math.nan
@@ -255,12 +255,12 @@ def _curve(runs: Sequence[RunResult], x: str, name: str, reps: int, seed: int) -
         hi = max(float(c.steps[-1]) for c in curves)
         grid = np.linspace(lo, hi, CURVE_POINTS) if hi > lo else np.array([lo])
         scores = np.stack([c.values[np.searchsorted(c.steps, grid, side="right") - 1] for c in curves])
-    point, low, high = _bootstrap(name, scores, iqm, reps, seed, CONFIDENCE)
+    point, low, high = bootstrap_interval(name, scores, iqm, reps, seed, CONFIDENCE)
     return grid, point, low, high
 
 
 def _entry_png(entry: Mapping[str, Any], results: Sequence[LibResult], reps: int, seed: int) -> bytes:
-    fig = _figure(11.0, 4.2)
+    fig = new_figure(11.0, 4.2)
     axes = fig.subplots(1, 2, sharey=True)
     for index, result in enumerate(results):
         if not result.runs:
@@ -283,7 +283,7 @@ def _entry_png(entry: Mapping[str, Any], results: Sequence[LibResult], reps: int
         axes[0].legend(fontsize="small")
     fig.suptitle(f"{entry['id']}: {entry.get('task')} {str(entry.get('algo', '')).upper()}, "
                  f"IQM with {CONFIDENCE:.0%} bootstrap CI")
-    return _png(fig)
+    return png_bytes(fig)
 
 
 # -- the header -----------------------------------------------------------------------------------
