@@ -129,7 +129,8 @@ def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(scenario: dict) ->
     """SIGKILL on the policy node: the robot node's watchdog (0.1 s) holds; a new policy takes over."""
     latency = scenario["hold_latency_s"]
     print(f"\nhold {latency if latency is None else round(latency * 1e3, 1)} ms after the policy's SIGKILL; "
-          f"the robot's last command {scenario['last_command_after_kill_s']} s after it")
+          f"the robot's last command {scenario['last_command_after_kill_s']} s after it; "
+          f"{scenario.get('robot_dropped_ticks')} ticks dropped unpublished by then")
     assert latency is not None and 0.05 < latency < 0.3, _logs(scenario, "policy_a.log", "robot_a.log")
     assert scenario["second_policy_ran"]  # --robot from-topic: the latched description
 

@@ -195,6 +195,8 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
         out["hold_latency_s"] = (status["last_hold"] - kill_at) if (status.get("last_hold") or 0) > kill_at else None
         # the robot's newest command against the kill: a late one means commands queued on the way
         out["last_command_after_kill_s"] = (status["last_command"] - kill_at) if status.get("last_command") else None
+        # ticks the robot's publishing thread dropped: a stuck transport shows here, a stalled loop not
+        out["robot_dropped_ticks"] = status.get("dropped_ticks")
 
         # a second policy, taking the robot's description from its latched topic, takes over
         policy = _node(POLICY, "--policy", args.policy, "--robot", "from-topic", "--namespace", ns, "--safety", safety,
