@@ -181,6 +181,7 @@ def test_robolearn_command_lines_compose_the_recipe_and_resume_in_place(tmp_path
     cfg = job_train_config(compose_config("train", fresh[4:]), fresh[4:])
     assert (cfg.task, cfg.algo_name, cfg.num_envs, cfg.seed) == ("Cartpole-Balance", "ppo", 64, 1)  # the recipe's
     assert (cfg.run_dir, cfg.total_env_steps, cfg.torch_threads) == (str(run.run_dir), 4096, 1)
+    assert cfg.eval_num_envs == smoke.eval_episodes == 2  # the SB3 side's eval worlds, not the recipe's 8
     assert not (cfg.runner.video or cfg.runner.console or cfg.runner.tensorboard)
     assert cfg.resume is None
 
@@ -192,6 +193,69 @@ def test_robolearn_command_lines_compose_the_recipe_and_resume_in_place(tmp_path
     again = job_train_config(compose_config("train", resume[4:]), resume[4:])
     assert (again.resume, again.run_dir, again.total_env_steps) == (str(run.run_dir), str(run.run_dir), 8192)
     assert (again.seed, again.num_envs, again.torch_threads, again.runner.video) == (1, 64, 1, False)
+    assert again.eval_num_envs == 2  # kept by the resume (the run's config.json)
+
+
+RECIPE_WITH_OVERRIDES = """# @package _global_
+# a recipe of another MDP: shorter episodes
+defaults:
+  - override /algo: ppo
+task: Cartpole-Balance
+task_overrides:
+  episode_length: 20
+  rewards: {smooth_balance: {weight: 2.0}}
+"""
+
+
+def test_sb3_runs_get_the_recipes_task_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from robolearn.benchmark import sb3_run, table
+
+    spec = three_lib_table().to_dict()
+    recipes = tmp_path / "experiment"
+    recipes.mkdir()
+    (recipes / "short.yaml").write_text(RECIPE_WITH_OVERRIDES)
+    (recipes / "plain.yaml").write_text("# @package _global_\ntask: Cartpole-Balance\n")
+    monkeypatch.setattr(table, "experiments_dir", lambda: recipes)
+    spec["entries"][0]["experiment"] = "short"
+    spec["entries"][1]["experiment"] = "plain"
+    t = table_from_dict(spec, "three")
+    runs = {(r.entry.id, r.lib, r.seed): r for r in plan(t, tmp_path)}
+    for lib in ("sb3_default", "sb3_zoo"):
+        cmd = command(runs["a", lib, 0], t, RunState.FRESH)
+        overrides = json.loads(cmd[cmd.index("--task-overrides") + 1])
+        assert overrides == {"episode_length": 20, "rewards": {"smooth_balance": {"weight": 2.0}}}
+        # sb3_run reads it back as the same nested overrides, applied to the task.
+        parsed = sb3_run.parse_args(cmd[3:])
+        assert parsed.task_overrides == overrides
+    assert "--task-overrides" not in command(runs["b", "sb3_default", 0], t, RunState.FRESH)
+
+
+def test_recipe_task_overrides_read_as_hydra_composes_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from robolearn.benchmark import table
+    from robolearn.cli.commands import compose_config
+
+    # Every shipped recipe with task_overrides, and one without: the reader agrees with Hydra's composition.
+    shipped = sorted(p.stem for p in table.experiments_dir().glob("*.yaml") if "task_overrides" in p.read_text())
+    assert shipped  # the drqv2 recipes set some
+    for name in [*shipped, "cartpole_ppo"]:
+        composed = compose_config("train", [f"experiment={name}"])
+        assert table.recipe_task_overrides(name) == composed["task_overrides"], name
+
+    recipes = tmp_path / "experiment"
+    recipes.mkdir()
+    monkeypatch.setattr(table, "experiments_dir", lambda: recipes)
+    # Without the _global_ header Hydra puts the file under `experiment.`: it overrides no task.
+    (recipes / "nested.yaml").write_text(RECIPE_WITH_OVERRIDES.split("\n", 1)[1])
+    assert table.recipe_task_overrides("nested") == {}
+    (recipes / "pulls.yaml").write_text("# @package _global_\ndefaults:\n  - /experiment/short\n")
+    with pytest.raises(TableError, match="pulls in another recipe"):
+        table.recipe_task_overrides("pulls")
+    (recipes / "interp.yaml").write_text("# @package _global_\ntask_overrides:\n  episode_length: ${x}\n")
+    with pytest.raises(TableError, match="interpolations"):
+        table.recipe_task_overrides("interp")
+    (recipes / "other.yaml").write_text("# @package foo\ntask_overrides: {}\n")
+    with pytest.raises(TableError, match="@package _global_"):
+        table.recipe_task_overrides("other")
 
 
 # -- states -----------------------------------------------------------------------------------
@@ -249,6 +313,11 @@ def test_run_executes_every_run_then_skips_them_all(tmp_path: Path, fake: Path, 
     assert [(r["entry"], r["lib"], r["seed"], r["state"], r["returncode"]) for r in records][:2] == [
         ("cartpole_ppo", "robolearn", 0, "fresh", 0), ("cartpole_ppo", "sb3_default", 0, "fresh", 0)]
     assert all(len(r["load_before"]) == 3 and r["wall_s"] >= 0 for r in records) and len(records) == 8
+    # Where each run ran, recorded with it.
+    where = schedule.provenance()
+    assert all((r["machine"], r["versions"], r["git_commit"]) == (where["machine"], where["versions"], where["git_commit"])
+               for r in records)
+    assert records[0]["machine"]["logical_cores"] == os.cpu_count() and records[0]["versions"]["python"]
     child = json.loads((partial / "child.json").read_text())
     assert child["files"] == ["benchmark.log"]  # the partial metrics were removed before it started
     assert child["threads"] == ["1", "1"]
@@ -446,3 +515,23 @@ def test_real_robolearn_run_interrupted_by_a_signal_checkpoints_and_resumes(tmp_
     steps = [float(r.split(",")[column]) for r in rows[1:]]
     assert steps == [2048.0 * k for k in range(1, 31)]  # one row per iteration, none lost or repeated
     assert [r["state"] for r in _records(out)] == ["fresh", "resume"]
+
+
+def test_provenance_names_the_checkout_only_when_robolearn_is_one(tmp_path: Path) -> None:
+    not_git = schedule.provenance(tmp_path)
+    assert not_git["git_commit"] is None and not_git["git_dirty"] is None
+    assert set(not_git["versions"]) == {"python", "torch", "mujoco", "stable_baselines3", "robolearn"}
+    assert not_git["machine"]["logical_cores"] == os.cpu_count()
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a.txt").write_text("a")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert (schedule.provenance(repo)["git_commit"], schedule.provenance(repo)["git_dirty"]) == (head, False)
+    (repo / "a.txt").write_text("b")
+    assert schedule.provenance(repo)["git_dirty"] is True
+    # A copy installed inside another repository is not a checkout of its own.
+    assert schedule.provenance(repo / "pkg")["git_commit"] is None

@@ -11,7 +11,8 @@ or **fresh** (nothing to keep: partial files are removed before it starts). :fun
 executes the runs that are not done as subprocesses (``robolearn train`` and
 ``python -m robolearn.benchmark.sb3_run``), one torch/OpenMP thread each, ``jobs`` at a time, each
 one's output in ``<run dir>/benchmark.log``; it appends one line per finished run to
-``<out>/runs.jsonl``. A failed run is reported and the others go on. Ctrl-C or SIGTERM asks the
+``<out>/runs.jsonl``, with where it ran (:func:`provenance`: CPU, cores, platform, versions, the
+robolearn checkout's git commit). A failed run is reported and the others go on. Ctrl-C or SIGTERM asks the
 children to stop (they checkpoint); running the same command again resumes them.
 
 ``<out>/table.json`` holds the resolved table of the first run; an output folder of another table
@@ -29,6 +30,7 @@ import enum
 import json
 import logging
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -37,11 +39,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from robolearn.benchmark.table import SB3_LIBS, Entry, Table, TableError, table_from_dict
+from robolearn.benchmark.table import (
+    SB3_LIBS,
+    Entry,
+    Table,
+    TableError,
+    recipe_task_overrides,
+    table_from_dict,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +119,15 @@ class RunRecord:
     """The same when it ended."""
     started: str
     """UTC start time (ISO 8601)."""
+    provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Where it ran: ``machine``, ``versions``, ``git_commit``, ``git_dirty`` (:func:`provenance`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a JSON object."""
         out = dataclasses.asdict(self)
         out["load_before"], out["load_after"] = list(self.load_before), list(self.load_after)
+        out.pop("provenance")
+        out.update(json.loads(json.dumps(dict(self.provenance))))  # top-level keys of the JSON line
         return out
 
 
@@ -239,11 +253,13 @@ def command(run: Run, table: Table, state: RunState) -> list[str]:
         quiet = ["runner.video=false", "runner.console=false", "runner.tensorboard=false", "torch_threads=1"]
         train = [sys.executable, "-m", "robolearn.cli", "train"]
         if state is RunState.RESUME:
-            # The run's config.json fixes the recipe and seed; only the budget and the quiet flags change.
+            # The run's config.json fixes the recipe, seed and eval worlds; only the budget and the quiet flags change.
             return [*train, f"resume={run.run_dir}", f"total_env_steps={entry.env_steps}", *quiet]
         return [
             *train, f"experiment={entry.experiment}", f"seed={run.seed}", f"run_dir={run.run_dir}",
-            f"total_env_steps={entry.env_steps}", *quiet,
+            f"total_env_steps={entry.env_steps}",
+            # As many evaluation worlds (one episode each) as the SB3 side, whatever the recipe says.
+            f"eval_num_envs={table.eval_episodes}", *quiet,
         ]
     # SB3: the same command starts or resumes (sb3_run continues from <out>/sb3_checkpoint itself).
     if run.lib == "sb3_zoo":
@@ -260,7 +276,67 @@ def command(run: Run, table: Table, state: RunState) -> list[str]:
         "--eval-episodes", str(table.eval_episodes), "--out", str(run.run_dir),
         "--kwargs", json.dumps(kwargs, sort_keys=True), "--n-envs", str(n_envs),
     ]
+    # The recipe's MDP (robolearn trains the task with its recipe's task_overrides): the same on SB3's side.
+    overrides = recipe_task_overrides(entry.experiment)
+    if overrides:
+        cmd += ["--task-overrides", json.dumps(overrides, sort_keys=True)]
     return [*cmd, "--normalize"] if normalize else cmd
+
+
+VERSIONED: dict[str, str] = {
+    "torch": "torch", "mujoco": "mujoco", "stable_baselines3": "stable-baselines3", "robolearn": "robolearn",
+}
+"""``versions`` keys of :func:`provenance` and their distributions."""
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _distribution_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def provenance(root: Path | None = None) -> dict[str, Any]:
+    """Where the runs run: the machine (CPU model, logical cores, platform), the versions of Python,
+    torch, MuJoCo, SB3 and robolearn (the children run this interpreter, so they are theirs), and the
+    git commit of the robolearn checkout (``None`` when robolearn is not a git checkout) with whether
+    tracked files differ from it.
+
+    Args:
+        root: the checkout to read (default: the one this robolearn is imported from).
+    """
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root)
+    top = _git(root, "rev-parse", "--show-toplevel")
+    # Only robolearn's own checkout: an installed copy inside some other repository is not a checkout.
+    own = top is not None and Path(top).resolve() == root.resolve()
+    commit = _git(root, "rev-parse", "HEAD") if own else None
+    dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no")) if commit else None
+    return {
+        "machine": {"cpu": _cpu_model(), "logical_cores": os.cpu_count(), "platform": platform.platform()},
+        "versions": {"python": platform.python_version(),
+                     **{key: _distribution_version(dist) for key, dist in VERSIONED.items()}},
+        "git_commit": commit or None,
+        "git_dirty": dirty,
+    }
 
 
 def run_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -463,7 +539,8 @@ def run_benchmark(
             write_table(table, out)
         planned = [(r, run_state(r)) for r in runs]
         todo = [(r, s) for r, s in planned if s is not RunState.DONE]
-        records, interrupted = _execute(table, out, todo, len(planned), jobs, progress, launcher, poll_s)
+        where = provenance() if todo else {}
+        records, interrupted = _execute(table, out, todo, len(planned), jobs, progress, launcher, poll_s, where)
     return BenchmarkResult(planned, records, interrupted)
 
 
@@ -489,6 +566,7 @@ def _execute(
     progress: bool,
     launcher: Launcher,
     poll_s: float,
+    where: Mapping[str, Any],
 ) -> tuple[list[RunRecord], bool]:
     """Run ``todo`` ``jobs`` at a time; return the records and whether a signal stopped it."""
     from tqdm import tqdm
@@ -507,7 +585,7 @@ def _execute(
                     active.append(_start(run, state, table, out, env, launcher))
                 for item in [a for a in active if a.proc.poll() is not None]:
                     active.remove(item)
-                    record = _finish(item, out)
+                    record = _finish(item, out, where)
                     records.append(record)
                     bar.update(1)
                     bar.set_postfix_str(f"{record.entry}/{record.lib}/seed{record.seed}: exit {record.returncode}")
@@ -544,7 +622,7 @@ def _start(run: Run, state: RunState, table: Table, out: Path, env: Mapping[str,
     return _Active(run, state, proc, log_file, start, tuple(load), started)
 
 
-def _finish(item: _Active, out: Path) -> RunRecord:
+def _finish(item: _Active, out: Path, where: Mapping[str, Any]) -> RunRecord:
     """Record an ended subprocess in ``runs.jsonl``; a failure is logged with its log file."""
     item.log_file.close()
     code = int(item.proc.returncode)
@@ -552,7 +630,7 @@ def _finish(item: _Active, out: Path) -> RunRecord:
     record = RunRecord(
         entry=run.entry.id, lib=run.lib, seed=run.seed, run_dir=str(run.run_dir), state=item.state.value,
         returncode=code, wall_s=round(time.perf_counter() - item.start, 3), load_before=item.load,
-        load_after=tuple(os.getloadavg()), started=item.started,
+        load_after=tuple(os.getloadavg()), started=item.started, provenance=where,
     )
     with open(out / RUNS_FILE, "a") as fh:
         fh.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
@@ -608,6 +686,7 @@ __all__ = [
     "command",
     "launch",
     "plan",
+    "provenance",
     "run_benchmark",
     "run_dir",
     "run_state",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -390,6 +391,55 @@ def _check_experiment(entry: Entry, where: str) -> None:
         raise ConfigError(f"{where}.algo: expected the algorithm of experiment {entry.experiment} ({algo!r}), got {entry.algo!r}")
 
 
+PACKAGE_HEADER = re.compile(r"^#\s*@package\s+(\S+)\s*$")
+"""A Hydra package header line (``# @package _global_``)."""
+
+
+def recipe_task_overrides(experiment: str) -> dict[str, Any]:
+    """The ``task_overrides`` a recipe gives ``robolearn train`` (``{}`` when it sets none).
+
+    Read from ``configs/experiment/<experiment>.yaml`` as Hydra composes it, without Hydra (this
+    package may not import it): a ``# @package _global_`` file sets the root's ``task_overrides``;
+    a file without that header lands under ``experiment.`` and sets none. What this reader cannot
+    follow (another package, a defaults entry pulling in more recipes, an interpolation) is refused,
+    so the SB3 side never trains another MDP than robolearn's by accident.
+
+    Raises:
+        TableError: the recipe is missing or unreadable, or uses what the reader cannot follow.
+    """
+    path = experiments_dir() / f"{experiment}.yaml"
+    where = f"experiment {experiment} ({path})"
+    try:
+        text = path.read_text()
+        recipe = yaml.safe_load(text) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise TableError(f"{where}: cannot be read as YAML ({exc})") from None
+    if not isinstance(recipe, Mapping):
+        raise TableError(f"{where}: expected a mapping of config keys, got {type(recipe).__name__}")
+    package = "experiment"  # Hydra's default package of a config group's file
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break  # the header is the leading comment block
+        match = PACKAGE_HEADER.match(line.strip())
+        if match:
+            package = match.group(1)
+    if package not in ("_global_", "experiment"):
+        raise TableError(f"{where}: expected '# @package _global_' or no package header, got {package!r}")
+    for item in recipe.get("defaults") or []:
+        names = [str(k) for k in item] if isinstance(item, Mapping) else [str(item)]
+        if any("experiment" in name for name in names):
+            raise TableError(f"{where}: defaults entry {item!r} pulls in another recipe; the benchmark reads "
+                             "task_overrides from the recipe file itself (inline them)")
+    overrides = recipe.get("task_overrides") if package == "_global_" else None
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise TableError(f"{where}: task_overrides: expected a mapping of task config fields, got {overrides!r}")
+    if "${" in json.dumps(overrides, default=str):
+        raise TableError(f"{where}: task_overrides: interpolations (${{...}}) are not supported here, got {overrides!r}")
+    return json.loads(json.dumps(overrides))  # plain dicts, lists and scalars
+
+
 def _recipe_algo(recipe: Mapping[str, Any]) -> str | None:
     """The algorithm a recipe picks (``defaults: [override /algo: sac]``), if it picks one."""
     for item in recipe.get("defaults") or []:
@@ -423,6 +473,7 @@ __all__ = [
     "ZooHyperparams",
     "ZooReference",
     "load_table",
+    "recipe_task_overrides",
     "resolve_table_path",
     "table_from_dict",
     "table_names",
