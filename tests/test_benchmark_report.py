@@ -8,6 +8,7 @@ training seconds chosen so that every figure on the page can be worked out by ha
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,20 @@ RUNS: dict[str, dict[str, tuple[float, dict[int, list[float]]]]] = {
 }
 
 
+VERSIONS = {"python": "3.11.7", "torch": "2.13.0+cpu", "mujoco": "4.0.0", "stable_baselines3": "2.9.9",
+            "robolearn": "0.1.0"}
+# Where the runs ran, as the schedule records it: seeds 0 and 1 on one machine, seed 2 on another
+# with a newer torch and uncommitted changes.
+PROVENANCE: list[dict[str, Any]] = [
+    {"machine": {"cpu": "AMD EPYC", "logical_cores": 2, "platform": "Linux-6.1-x86_64"}, "versions": VERSIONS,
+     "git_commit": "0123456789abcdef0123", "git_dirty": False},
+    {"machine": {"cpu": "AMD EPYC", "logical_cores": 2, "platform": "Linux-6.1-x86_64"}, "versions": VERSIONS,
+     "git_commit": "0123456789abcdef0123", "git_dirty": False},
+    {"machine": {"cpu": "Intel Xeon", "logical_cores": 16, "platform": "Linux-6.2-x86_64"},
+     "versions": {**VERSIONS, "torch": "2.14.0"}, "git_commit": "0123456789abcdef0123", "git_dirty": True},
+]
+
+
 def seconds_per_step(lib_rate: float, seed: int) -> float:
     """Seed S of a lib trains at its lib's rate x (1 + S / 10): the seeds' clocks differ, so the median
     seconds to a threshold need not belong to the seed with the median steps."""
@@ -99,7 +114,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # runs.jsonl as robolearn.benchmark.schedule writes it (RunRecord.to_dict).
     lines = [{"entry": "alpha_ppo", "lib": "robolearn", "seed": s, "run_dir": "x", "state": "fresh",
               "returncode": 0, "wall_s": 60.0, "load_before": [float(s + 1), 1.0, 1.0],
-              "load_after": [4.0, 1.0, 1.0], "started": f"2026-11-26T0{s}:00:00Z"} for s in range(3)]
+              "load_after": [4.0, 1.0, 1.0], "started": f"2026-11-26T0{s}:00:00Z", **PROVENANCE[s]} for s in range(3)]
     (root / "runs.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return root
 
@@ -189,11 +204,28 @@ def test_missing_and_unfinished_runs_are_shown(page: tuple[Path, str]) -> None:
 def test_header(page: tuple[Path, str]) -> None:
     _, text = page
     assert text.startswith("# Benchmark results: synthetic\n")
-    assert "Stable-Baselines3 2.9.9 (recorded by the runs)" in text
+    assert ("- Commit: `0123456789ab`, `0123456789ab` (with uncommitted changes) (recorded by the runs)\n"
+            "- Machine: AMD EPYC, 2 logical cores, Linux-6.1-x86_64; Intel Xeon, 16 logical cores, Linux-6.2-x86_64 "
+            "(recorded by the runs)\n"
+            "- Versions: Python 3.11.7, torch 2.13.0+cpu, 2.14.0, mujoco 4.0.0, Stable-Baselines3 2.9.9, "
+            "robolearn 0.1.0 (recorded by the runs)\n") in text
     assert ("1-minute load average when runs started: median 2.00, min 1.00, max 3.00 over 3 runs; "
             "1-minute load average when runs ended: median 4.00, min 4.00, max 4.00 over 3 runs; "
             "0.05 h of run wall-clock in total over 3 runs; "  # 3 x 60 s
             "runs started from 2026-11-26T00:00:00Z to 2026-11-26T02:00:00Z") in text
+
+
+def test_header_without_recorded_provenance_says_it_is_this_machines(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_run(out / "alpha_ppo" / "robolearn" / "seed0", "robolearn", 0, 0.01, [50, 150, 320, 400])
+    text = write_report({**TABLE, "seeds": [0]}, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
+    machine = next(line for line in text.splitlines() if line.startswith("- Machine: "))
+    assert machine.endswith("logical cores, " + platform.platform()
+                            + " (not recorded by the runs: where this page was generated)")
+    commit = next(line for line in text.splitlines() if line.startswith("- Commit: "))
+    assert "(not recorded by the runs" in commit  # this checkout's HEAD, or unknown outside a checkout
+    versions = next(line for line in text.splitlines() if line.startswith("- Versions: "))
+    assert versions.endswith("(not recorded by the runs: where this page was generated)")
 
 
 def test_figures_are_linked_pngs(page: tuple[Path, str]) -> None:

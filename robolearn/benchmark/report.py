@@ -363,23 +363,78 @@ def _load_line(out: Path) -> str | None:
     return "; ".join(parts) or None
 
 
+VERSION_NAMES: dict[str, str] = {
+    "python": "Python", "torch": "torch", "mujoco": "mujoco", "stable_baselines3": "Stable-Baselines3",
+    "robolearn": "robolearn",
+}
+"""The ``versions`` keys of ``runs.jsonl`` (robolearn.benchmark.schedule's ``provenance``) and their names on the page."""
+
+
+def _runs_rows(out: Path) -> list[dict[str, Any]]:
+    """The JSON objects of ``<out>/runs.jsonl`` (lines that are not are skipped)."""
+    path = out / "runs.jsonl"
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _machine(row: Mapping[str, Any]) -> str | None:
+    machine = row.get("machine")
+    if not isinstance(machine, Mapping):
+        return None
+    cores = machine.get("logical_cores")
+    return (f"{machine.get('cpu') or 'unknown CPU'}, {cores if cores is not None else '?'} logical cores, "
+            f"{machine.get('platform') or 'unknown platform'}")
+
+
 def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, Any]]) -> list[str]:
-    commits = _recorded(configs, ("git_commit", "commit"))
+    """The page's header: commit, machine and versions as the runs recorded them (``runs.jsonl``;
+    every distinct value when runs differ), the page's own environment only where nothing was recorded.
+    """
+    rows = _runs_rows(out)
+    commits = sorted({
+        f"`{str(r['git_commit'])[:12]}`" + (" (with uncommitted changes)" if r.get("git_dirty") else "")
+        for r in rows if r.get("git_commit")
+    } | {f"`{str(c)[:12]}`" for c in _recorded(configs, ("git_commit", "commit"))})
     if commits:
-        commit = ", ".join(f"`{c}`" for c in commits) + " (recorded by the runs)"
+        commit = ", ".join(commits) + " (recorded by the runs)"
     else:
         head = _git_head(Path(__file__).resolve().parents[2])
-        commit = f"`{head}` (the repository's HEAD when this page was generated)" if head else "unknown"
+        commit = (f"`{head}` (not recorded by the runs: the repository's HEAD when this page was generated)"
+                  if head else "unknown (not recorded by the runs)")
+    machines = sorted({m for m in map(_machine, rows) if m})
+    if machines:
+        machine = "; ".join(machines) + " (recorded by the runs)"
+    else:
+        machine = (f"{_cpu_model()}, {os.cpu_count()} logical cores, {platform.platform()} (not recorded by the "
+                   "runs: where this page was generated)")
+    recorded = [r["versions"] for r in rows if isinstance(r.get("versions"), Mapping)]
     sb3 = _recorded(configs, ("sb3_version",))
-    versions = (
-        f"Python {platform.python_version()}, torch {_version('torch')}, mujoco {_version('mujoco')}, "
-        f"Stable-Baselines3 {', '.join(sb3) + ' (recorded by the runs)' if sb3 else _version('stable-baselines3')}"
-    )
+    if recorded:
+        parts = []
+        for key, name in VERSION_NAMES.items():
+            values = sorted({str(v[key]) for v in recorded if v.get(key)} | (set(sb3) if key == "stable_baselines3" else set()))
+            parts.append(f"{name} {', '.join(values) if values else 'not recorded'}")
+        versions = ", ".join(parts) + " (recorded by the runs)"
+    else:
+        versions = (
+            f"Python {platform.python_version()}, torch {_version('torch')}, mujoco {_version('mujoco')}, "
+            f"Stable-Baselines3 {', '.join(sb3) + ' (recorded by the SB3 runs)' if sb3 else _version('stable-baselines3')}, "
+            f"robolearn {_version('robolearn')} (not recorded by the runs: where this page was generated)"
+        )
     lines = [
         f"# Benchmark results: {table.get('name', 'table')}",
         "",
         f"- Commit: {commit}",
-        f"- Machine: {_cpu_model()}, {os.cpu_count()} cores (where this page was generated)",
+        f"- Machine: {machine}",
         f"- Versions: {versions}",
         f"- Seeds: {', '.join(str(s) for s in table.get('seeds') or [])}; "
         f"libraries: {', '.join(str(lib) for lib in table.get('libs') or [])}",
