@@ -184,7 +184,7 @@ def test_ratio_and_verdict(page: tuple[Path, str]) -> None:
     assert ours[9] == "380.0 @ 4,000 (robolearn +36.7)"
     beta = row(text, "beta_sac", "robolearn")
     assert beta[7] == "≥50: 0.4x (vs sb3_default)"  # median(20, 22) s / 54 s
-    assert beta[8] == "missed"
+    assert beta[8] == "missed, incomplete (robolearn 2/3, sb3_default 2/3 seeds)"
     assert beta[9] == "—"
     # Only the robolearn row carries the comparison.
     assert row(text, "alpha_ppo", "sb3_zoo")[7:9] == ["", ""]
@@ -267,3 +267,30 @@ def test_bad_input(out: Path, tmp_path: Path) -> None:
         write_report(TABLE, tmp_path / "nowhere", tmp_path / "R.md", tmp_path / "fig")
     with pytest.raises(ValueError, match="'entries'"):
         write_report({"name": "x"}, out, tmp_path / "R.md", tmp_path / "fig")
+
+
+def test_verdict_faces_the_soonest_sb3_and_bounds_thresholds_sb3_missed(tmp_path: Path) -> None:
+    """SB3 at its best per claim: the configuration soonest to a threshold (not the one with the best
+    final return), and a threshold SB3 never reached counts only if its whole budget took 3x longer."""
+    out = tmp_path / "out"
+    runs = {  # entry -> lib -> (seconds per env step, returns at 1000, 2000 env steps)
+        # sb3_default reaches 100 as soon as robolearn (20 s each); sb3_zoo, with the better final, at 200 s.
+        "gamma_ppo": {"robolearn": (0.01, [50, 500]), "sb3_default": (0.02, [150, 160]), "sb3_zoo": (0.1, [50, 400])},
+        # SB3 never reaches 100; its whole budget took 20 s against robolearn's 10 s to it: only 2x.
+        "delta_ppo": {"robolearn": (0.01, [150, 200]), "sb3_default": (0.01, [50, 60])},
+        # The same with SB3's budget taking 40 s: at least 4x.
+        "eps_ppo": {"robolearn": (0.01, [150, 200]), "sb3_default": (0.02, [50, 60])},
+    }
+    zoo = {"source": "z", "n_envs": 1, "normalize": False, "kwargs": {}}
+    entries = []
+    for entry, libs in runs.items():
+        for lib, (per_step, returns) in libs.items():
+            write_run(out / entry / lib / "seed0", lib, 0, per_step, returns)
+        entries.append({**TABLE["entries"][0], "id": entry, "env_steps": 2000, "thresholds": [100],
+                        "sb3": {"n_envs": 1, "default": {}, "zoo": zoo if "sb3_zoo" in libs else None},
+                        "zoo_reference": None})
+    table = {**TABLE, "seeds": [0], "entries": entries}
+    text = write_report(table, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
+    assert row(text, "gamma_ppo", "robolearn")[7:9] == ["≥100: 1.0x (vs sb3_default)", "missed"]
+    assert row(text, "delta_ppo", "robolearn")[7:9] == ["≥100: SB3 not reached (≥ 2.0x) (vs sb3_default)", "missed"]
+    assert row(text, "eps_ppo", "robolearn")[7:9] == ["≥100: SB3 not reached (≥ 4.0x) (vs sb3_default)", "met"]
