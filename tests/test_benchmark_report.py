@@ -294,3 +294,19 @@ def test_verdict_faces_the_soonest_sb3_and_bounds_thresholds_sb3_missed(tmp_path
     assert row(text, "gamma_ppo", "robolearn")[7:9] == ["≥100: 1.0x (vs sb3_default)", "missed"]
     assert row(text, "delta_ppo", "robolearn")[7:9] == ["≥100: SB3 not reached (≥ 2.0x) (vs sb3_default)", "missed"]
     assert row(text, "eps_ppo", "robolearn")[7:9] == ["≥100: SB3 not reached (≥ 4.0x) (vs sb3_default)", "met"]
+
+
+def test_a_crashed_run_is_told_from_one_under_way(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    write_run(out / "alpha_ppo" / "robolearn" / "seed0", "robolearn", 0, 0.01, [50, 150], finished=False)
+    write_run(out / "alpha_ppo" / "robolearn" / "seed1", "robolearn", 1, 0.01, [50, 150], finished=False)
+    write_run(out / "alpha_ppo" / "sb3_default" / "seed0", "sb3_default", 0, 0.01, [50, 150], finished=False)
+    records = [("robolearn", 0, 0), ("robolearn", 0, 1), ("robolearn", 1, 130), ("sb3_default", 0, 0)]
+    (out / "runs.jsonl").write_text("".join(
+        json.dumps({"entry": "alpha_ppo", "lib": lib, "seed": s, "returncode": code}) + "\n" for lib, s, code in records))
+    text = write_report({**TABLE, "seeds": [0, 1], "entries": TABLE["entries"][:1]}, out, tmp_path / "R.md",
+                        tmp_path / "fig", reps=REPS).read_text()
+    assert ("- robolearn seed 0: unfinished (no summary.json yet); its last attempt failed (exit status 1, "
+            "see alpha_ppo/robolearn/seed0/benchmark.log)") in text  # the latest record counts
+    assert "- robolearn seed 1: unfinished (no summary.json yet); its last attempt interrupted (exit status 130" in text
+    assert "- sb3_default seed 0: unfinished (no summary.json yet)\n" in text

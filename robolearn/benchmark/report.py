@@ -185,15 +185,34 @@ def _reach(runs: Sequence[RunResult], threshold: float) -> Reach:
     return Reach(threshold, float(np.median(steps)), float(np.median(seconds)), reached, len(runs))
 
 
+def _last_exits(out: Path) -> dict[tuple[str, str, int], int]:
+    """``(entry, lib, seed)`` -> the exit status of its latest subprocess in ``runs.jsonl``."""
+    exits = {}
+    for row in _runs_rows(out):
+        try:
+            exits[str(row["entry"]), str(row["lib"]), int(row["seed"])] = int(row["returncode"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return exits
+
+
 def _lib_result(
-    out: Path, entry: Mapping[str, Any], lib: str, seeds: Sequence[int], reps: int, seed: int
+    out: Path, entry: Mapping[str, Any], lib: str, seeds: Sequence[int], reps: int, seed: int,
+    exits: Mapping[tuple[str, str, int], int] | None = None,
 ) -> LibResult:
     budget = int(_require(entry, "env_steps", f"entry {entry.get('id')!r}"))
     runs: list[RunResult] = []
     notes: list[str] = []
     for s in seeds:
-        got = _read_run(out / str(entry["id"]) / lib / f"seed{s}", int(s), budget)
+        path = out / str(entry["id"]) / lib / f"seed{s}"
+        got = _read_run(path, int(s), budget)
         if isinstance(got, str):
+            # A run that crashed (diverged, out of memory...) is not a run still under way: say so,
+            # since leaving it out of the statistics favours the library whose bad seeds crash.
+            code = (exits or {}).get((str(entry["id"]), lib, int(s)))
+            if code is not None and code != 0 and "unfinished" in got:
+                what = "interrupted" if code in (130, -2) else "failed"
+                got += f"; its last attempt {what} (exit status {code}, see {entry['id']}/{lib}/{path.name}/benchmark.log)"
             notes.append(got)
         else:
             runs.append(got)
@@ -579,9 +598,10 @@ def write_report(
     md_path, fig_dir = Path(results_md), Path(figures_dir)
 
     per_entry: list[tuple[Mapping[str, Any], list[LibResult]]] = []
+    exits = _last_exits(out)
     for entry in entries:
         _require(entry, "id", "table entry")
-        results = [_lib_result(out, entry, lib, seeds, reps, seed) for lib in _entry_libs(entry, libs)]
+        results = [_lib_result(out, entry, lib, seeds, reps, seed, exits) for lib in _entry_libs(entry, libs)]
         per_entry.append((entry, results))
     configs = [read_json_object(run.path / "config.json") for _, results in per_entry
                for r in results for run in r.runs]
