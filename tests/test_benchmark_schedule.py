@@ -229,6 +229,13 @@ def test_sb3_runs_get_the_recipes_task_overrides(tmp_path: Path, monkeypatch: py
         assert parsed.task_overrides == overrides
     assert "--task-overrides" not in command(runs["b", "sb3_default", 0], t, RunState.FRESH)
 
+    # A recipe the reader cannot follow stops the benchmark before any run starts.
+    (recipes / "plain.yaml").write_text("# @package foo\ntask: Cartpole-Balance\n")
+    launcher = FakeLauncher(tmp_path / "never.py")
+    with pytest.raises(TableError, match="plain.*@package _global_"):
+        run_benchmark(t, tmp_path / "out", launcher=launcher)
+    assert launcher.commands == [] and not (tmp_path / "out").exists()
+
 
 def test_recipe_task_overrides_read_as_hydra_composes_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from robolearn.benchmark import table

@@ -523,14 +523,17 @@ def run_benchmark(
         poll_s: seconds between checks of the running subprocesses.
 
     Raises:
-        TableError: a filter the table does not have, an output folder of another table, or one in
-            use by another ``benchmark run``; nothing has run then.
+        TableError: a filter the table does not have, an output folder of another table, one in
+            use by another ``benchmark run``, or a recipe whose ``task_overrides`` cannot be read
+            (:func:`~robolearn.benchmark.table.recipe_task_overrides`); nothing has run then.
     """
     if jobs < 1:
         raise TableError(f"jobs={jobs}: expected an integer >= 1")
     out = Path(out)
     runs = plan(table, out, entries, libs, seeds)
     check_out(table, out)
+    for experiment in sorted({r.entry.experiment for r in runs if r.lib in SB3_LIBS}):
+        recipe_task_overrides(experiment)  # an unreadable recipe stops the benchmark before any run starts
     if dry_run:
         return BenchmarkResult([(r, run_state(r)) for r in runs], [], False)
     with out_lock(out):
