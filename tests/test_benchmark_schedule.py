@@ -180,7 +180,7 @@ def test_robolearn_command_lines_compose_the_recipe_and_resume_in_place(tmp_path
     assert fresh[:4] == [sys.executable, "-m", "robolearn.cli", "train"]
     cfg = job_train_config(compose_config("train", fresh[4:]), fresh[4:])
     assert (cfg.task, cfg.algo_name, cfg.num_envs, cfg.seed) == ("Cartpole-Balance", "ppo", 64, 1)  # the recipe's
-    assert (cfg.run_dir, cfg.total_env_steps, cfg.torch_threads) == (str(run.run_dir), 4096, 1)
+    assert (cfg.run_dir, cfg.total_env_steps, cfg.torch_threads, cfg.sim_threads) == (str(run.run_dir), 4096, 1, 1)
     assert cfg.eval_num_envs == smoke.eval_episodes == 2  # the SB3 side's eval worlds, not the recipe's 8
     assert not (cfg.runner.video or cfg.runner.console or cfg.runner.tensorboard)
     assert cfg.resume is None
@@ -192,7 +192,7 @@ def test_robolearn_command_lines_compose_the_recipe_and_resume_in_place(tmp_path
     assert f"resume={run.run_dir}" in resume and not any(a.startswith("experiment=") for a in resume)
     again = job_train_config(compose_config("train", resume[4:]), resume[4:])
     assert (again.resume, again.run_dir, again.total_env_steps) == (str(run.run_dir), str(run.run_dir), 8192)
-    assert (again.seed, again.num_envs, again.torch_threads, again.runner.video) == (1, 64, 1, False)
+    assert (again.seed, again.num_envs, again.torch_threads, again.sim_threads, again.runner.video) == (1, 64, 1, 1, False)
     assert again.eval_num_envs == 2  # kept by the resume (the run's config.json)
 
 

@@ -119,6 +119,20 @@ def test_torch_threads_is_applied_and_recorded(tmp_path):
     assert json.loads((tmp_path / "run" / "config.json").read_text())["torch_threads"] == 2
 
 
+def test_sim_threads_sets_the_physics_threads_of_both_envs(tmp_path, capsys):
+    from robolearn.cli.build import build_env
+    from robolearn.cli.commands import compose_config, job_train_config
+
+    cfg = job_train_config(compose_config("train", ["task=Hopper", "sim_threads=1"]), ["sim_threads=1"])
+    assert build_env(cfg, 4, 0).sim.nthread == 1
+    assert build_env(cfg, 4, 0, evaluation=True).sim.nthread == 1
+    default = job_train_config(compose_config("train", ["task=Hopper"]), [])
+    assert default.sim_threads is None and build_env(default, 4, 0).sim.nthread == min(os.cpu_count() or 1, 4)
+    assert _train(tmp_path / "run", "sim_threads=0") == 2
+    assert "sim_threads: expected an integer >= 1 (or null for every core), got 0" in _error(capsys)
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
 SLOW_TRAIN = """
 import sys, time
 from robolearn.algos import PPO

@@ -250,7 +250,9 @@ def command(run: Run, table: Table, state: RunState) -> list[str]:
     """The subprocess command line of ``run`` starting from ``state`` (fresh or resume)."""
     entry = run.entry
     if run.lib == "robolearn":
-        quiet = ["runner.video=false", "runner.console=false", "runner.tensorboard=false", "torch_threads=1"]
+        # One torch thread and one MuJoCo thread, as every SB3 run has.
+        quiet = ["runner.video=false", "runner.console=false", "runner.tensorboard=false", "torch_threads=1",
+                 "sim_threads=1"]
         train = [sys.executable, "-m", "robolearn.cli", "train"]
         if state is RunState.RESUME:
             # The run's config.json fixes the recipe, seed and eval worlds; only the budget and the quiet flags change.

@@ -49,7 +49,7 @@ def build_env(
         overrides["curriculum"] = {}
     return robolearn.make(
         cfg.task, num_envs, seed=seed, device=device or cfg.device, backend=cfg.backend,
-        sim_options=cfg.sim_options, **overrides,
+        nthread=cfg.sim_threads, sim_options=cfg.sim_options, **overrides,
     )
 
 

@@ -69,6 +69,10 @@ class TrainConfig:
     torch_threads: int | None = None
     """Torch intra-op threads of the training process; ``None``: torch's default (every core), right
     on an idle machine; 1 per process when several share a loaded one."""
+    sim_threads: int | None = None
+    """MuJoCo threads stepping the worlds of each env (the CPU backend's ``nthread``); ``None``: every
+    core, right on an idle machine; 1 per process when several share one (``robolearn benchmark``
+    gives every run one thread for torch and one for the physics, as the SB3 side has)."""
     dataset: str | None = None
     """Offline algorithms only: the dataset file (robolearn or D4RL HDF5) or ``minari:<dataset id>``."""
     total_grad_steps: int | None = None
@@ -233,6 +237,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
         raise ConfigError(f"total_grad_steps: expected an integer >= {least}, got {cfg.total_grad_steps}")
     if cfg.torch_threads is not None and cfg.torch_threads < 1:
         raise ConfigError(f"torch_threads: expected an integer >= 1 (or null for torch's default), got {cfg.torch_threads}")
+    if cfg.sim_threads is not None and cfg.sim_threads < 1:
+        raise ConfigError(f"sim_threads: expected an integer >= 1 (or null for every core), got {cfg.sim_threads}")
     if cfg.seed < 0:
         raise ConfigError(f"seed: expected an integer >= 0, got {cfg.seed}")
 
