@@ -13,6 +13,7 @@ skipped with the reason.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 
 from robolearn.data import Dataset
 from robolearn.sim2real.deploy.safety import Intervention
+from robolearn.sim2real.ros import ros2_robot_node
 from tests.deploy_support import export_cartpole_lqr
 
 pytestmark = pytest.mark.ros
@@ -95,7 +97,10 @@ def test_policy_balances_the_cartpole_robot_node_for_10_s(scenario: dict) -> Non
     # a fresh-clone run, while the pole stayed up); a stalled loop would show far fewer.
     assert b["states"] >= 0.75 * BALANCE_S * 100, logs
     assert b["resets"] == 0, logs  # the pole never fell
-    # the robot stood still until the policy's first command: the seed's initial angle, exactly
+    # the robot stood still until the policy's first command: the seed's initial angle, exactly (the
+    # probe's reader is matched before the world starts, --wait-for-subscribers: it sees the states
+    # from the start; the printed states_before_first_command and first_state_after_first_command_s
+    # say how early)
     assert abs(b["first_angle"] - INITIAL_ANGLE) < 5e-4, logs
     assert b["max_abs_angle"] < 0.1, logs  # upright all along (the task's success is 10 degrees)
     assert b["max_abs_angle_last_s"] < 0.01, logs  # and settled
@@ -226,3 +231,23 @@ def test_policy_node_refuses_a_robot_that_does_not_fit(scenario: dict) -> None:
     for text in ("command joints: the policy commands 1 joints ['slider']", "control rate: the policy was trained at "
                  "100 Hz, the robot runs at 50 Hz", "observations.policy.pole_cos_sin: needs joint 'hinge'"):
         assert text in scenario["misfit_log"]
+
+
+def test_robot_node_waits_for_joint_state_subscribers_and_checks_the_flag(caplog: pytest.LogCaptureFixture) -> None:
+    """``--wait-for-subscribers N`` waits for the Nth matched reader (no ROS needed: the count is a
+    function), warns and gives up after the timeout, and refuses a negative count or a missing
+    ``--wait-for-policy``."""
+    log = logging.getLogger("test_ros2")
+    counts = iter([0, 0, 1, 2, 3])
+    assert ros2_robot_node.wait_for_subscribers(lambda: next(counts), 2, 5.0, log) is True
+    assert next(counts) == 3  # it stopped polling at the second reader
+    with caplog.at_level(logging.WARNING):
+        assert ros2_robot_node.wait_for_subscribers(lambda: 1, 2, 0.05, log) is False
+    assert "1 of 2 joint_states subscribers after 0.05 s" in caplog.text
+    parse = ros2_robot_node.build_parser().parse_args
+    ros2_robot_node.check_wait_for_subscribers(parse(["--task", "T", "--wait-for-policy", "5", "--wait-for-subscribers", "2"]))
+    with pytest.raises(SystemExit, match="--wait-for-subscribers: expected a count >= 0, got -1"):
+        ros2_robot_node.check_wait_for_subscribers(parse(["--task", "T", "--wait-for-policy", "5",
+                                                          "--wait-for-subscribers", "-1"]))
+    with pytest.raises(SystemExit, match="--wait-for-subscribers 2: needs --wait-for-policy S"):
+        ros2_robot_node.check_wait_for_subscribers(parse(["--task", "T", "--wait-for-subscribers", "2"]))

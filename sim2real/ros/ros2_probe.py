@@ -13,7 +13,10 @@ Phases:
 
 A. ``/rl_a``: the policy node starts first (features from a file) and the probe waits until it sees
    the policy's command publisher, so it receives every command from the first; then the robot node
-   (``--wait-for-policy``). Balance for ``--balance-s`` seconds (pole angle, reward, resets, command
+   (``--wait-for-policy``, ``--wait-for-subscribers 2``: the world starts, standing still until the
+   first command, once the policy's and the probe's joint-state readers are both matched, so the probe
+   sees the states from before the first command on; a reader matched later, as DDS can do a second
+   after the other, never gets the states sent before it). Balance for ``--balance-s`` seconds (pole angle, reward, resets, command
    rate and period distribution, effort and per-step change of every command, the safety layer's
    rate interventions); SIGKILL the policy and time the robot's hold; a second policy node
    (``--robot from-topic``) takes over; SIGKILL the robot and watch the policy report ``stale`` then
@@ -147,8 +150,9 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
             out["error"] = "phase A: the policy node never created its command publisher"
             return
         time.sleep(0.5)
+        # two joint-state readers before the world starts: the policy's and this probe's
         robot = _node(ROBOT, "--task", "Cartpole-Balance", "--namespace", ns, "--wait-for-policy", "60",
-                      log=work / "robot_a.log")
+                      "--wait-for-subscribers", "2", log=work / "robot_a.log")
         if not _wait(lambda: len(w.commands) > 0, 90):
             out["error"] = "phase A: no command within 90 s"
             return
@@ -157,6 +161,8 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
         t_end = t_start + args.balance_s
         time.sleep(0.3)  # the last status of the window and the commands sent before it arrive
         states = np.array([s for _, s in w.since(w.states, t_start, t_end)]).reshape(-1, 2)
+        before = w.since(w.states, 0.0, t_start)
+        first_state = w.since(w.states, 0.0)[:1]
         cmds = w.since(w.commands, 0.0, t_end)
         times = np.array([t for t, _ in cmds])
         values = np.array([c for _, c in cmds]).reshape(len(cmds), -1)
@@ -167,6 +173,12 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
             "max_abs_angle": float(np.abs(states[:, 1]).max()) if len(states) else None,
             "max_abs_angle_last_s": float(np.abs(states[-100:, 1]).max()) if len(states) else None,
             "first_angle": float(states[0, 1]) if len(states) else None,
+            # the robot standing still, seen before the first command (the first_angle check needs it)
+            "states_before_first_command": len(before),
+            "first_state_after_first_command_s": (first_state[0][0] - t_start) if first_state else None,
+            # how long the robot waited for the readers (its log line)
+            "robot_wait": next((line.split(": ", 1)[-1] for line in (work / "robot_a.log").read_text().splitlines()
+                                if "joint_states subscribers after" in line), None),
             "mean_reward": float(np.mean([r for _, r in w.since(w.rewards, t_start, t_end)] or [math.nan])),
             "resets": w.last(w.robot).get("resets"),
         }

@@ -3,7 +3,8 @@
     python -m robolearn.sim2real.ros.ros2_robot_node --task Cartpole-Balance [--namespace /robolearn]
         [--command-type float64_multi_array|joint_trajectory] [--command-timeout 0.1] [--seed 0]
         [--features-out robot.json] [--override timestep=0.005 ...] [--command-log commands.npz]
-        [--wait-for-policy S] [--duration S] [--images [--image-transport raw|compressed] [--image-every K]]
+        [--wait-for-policy S [--wait-for-subscribers N]] [--duration S]
+        [--images [--image-transport raw|compressed] [--image-every K]]
 
 The ROS 2 twin of ``ros1_robot_node`` (same flags, topics and status fields): the world steps in
 real time; after every step the joint state goes out on ``joint_states`` and the reward on
@@ -15,8 +16,12 @@ transport fell behind), so the stepping thread and its watchdog never wait on a 
 releases the GIL; rclpy's ``publish`` keeps the GIL while ``rcl_publish`` blocks, so a DDS write stuck
 that way still stalls the whole process. The robot's features are published on ``robot_features``
 (``std_msgs/String``, JSON, transient local) for a policy node started with ``--robot from-topic``.
-``--images``: the cameras of a pixel task publish as in ``ros1_robot_node`` (same topics, flags and
-features), with :data:`~robolearn.sim2real.ros.ros2.IMAGE_QOS` (best effort, depth 1).
+``--wait-for-subscribers N`` (ROS 2 only): the world also waits, within ``--wait-for-policy``, for N
+subscriptions matched to ``joint_states`` (the policy and, say, a recorder or a safety monitor that
+must see the robot from its first reading: over DDS each reader is matched on its own, so a monitor
+started first can still be matched a second after the policy). ``--images``: the cameras of a pixel
+task publish as in ``ros1_robot_node`` (same topics, flags and features), with
+:data:`~robolearn.sim2real.ros.ros2.IMAGE_QOS` (best effort, depth 1).
 Run it inside ``unshare -n`` on a shared machine.
 """
 
@@ -26,7 +31,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -47,11 +53,48 @@ NODE = "robot"
 """The node's name under its namespace."""
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (module doc): the robot node's flags and ``--wait-for-subscribers``."""
+    p = add_robot_arguments(argparse.ArgumentParser(
+        prog="python -m robolearn.sim2real.ros.ros2_robot_node",
+        description="A simulated robot (one MuJoCo world of a task) as a ROS 2 node."))
+    p.add_argument("--wait-for-subscribers", type=int, default=0, metavar="N",
+                   help="with --wait-for-policy: also wait for N subscriptions matched to joint_states (the "
+                        "policy and, e.g., a recorder or monitor) before the world starts (0: do not wait)")
+    return p
+
+
+def check_wait_for_subscribers(args: argparse.Namespace) -> None:
+    """``SystemExit`` naming the flag when ``--wait-for-subscribers`` is negative or lacks
+    ``--wait-for-policy`` (its timeout, and the world standing still until the first command).
+    """
+    if args.wait_for_subscribers < 0:
+        raise SystemExit(f"--wait-for-subscribers: expected a count >= 0, got {args.wait_for_subscribers}")
+    if args.wait_for_subscribers > 0 and args.wait_for_policy <= 0:
+        raise SystemExit(f"--wait-for-subscribers {args.wait_for_subscribers}: needs --wait-for-policy S (its "
+                         "timeout; without it the world starts at once)")
+
+
+def wait_for_subscribers(count: Callable[[], int], wanted: int, timeout_s: float, logger: logging.Logger) -> bool:
+    """Wait up to ``timeout_s`` until ``count()`` (subscriptions matched to the joint states) reaches
+    ``wanted``; return whether it did (a warning when not: the world then starts anyway, as after
+    ``--wait-for-policy``).
+    """
+    t0 = time.monotonic()
+    while (got := count()) < wanted:
+        if time.monotonic() - t0 >= timeout_s:
+            logger.warning("%s: %d of %d joint_states subscribers after %g s; starting anyway", NODE, got, wanted,
+                           timeout_s)
+            return False
+        time.sleep(0.01)
+    logger.info("%s: %d joint_states subscribers after %.3f s", NODE, got, time.monotonic() - t0)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the node (module doc); return the exit status."""
-    args = add_robot_arguments(argparse.ArgumentParser(
-        prog="python -m robolearn.sim2real.ros.ros2_robot_node",
-        description="A simulated robot (one MuJoCo world of a task) as a ROS 2 node.")).parse_args(argv)
+    args = build_parser().parse_args(argv)
+    check_wait_for_subscribers(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
     tune_process(args, log)
     from std_msgs.msg import Bool, Float64, String
@@ -107,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     log.info("%s: %s (%g Hz, %s commands on %s as %s)", NODE, args.task, features.rate_hz, features.command_kind,
              command_topic, topics.command_type)
     try:
+        if args.wait_for_subscribers > 0:
+            # Before the policy's publisher lets the world start (RobotNode.run): the world publishes
+            # from then on, and a reader matched later never gets the states sent before (volatile).
+            wait_for_subscribers(state_pub.get_subscription_count, args.wait_for_subscribers, args.wait_for_policy, log)
         body.run()
     finally:
         spinner.shutdown()
