@@ -542,3 +542,91 @@ def test_provenance_names_the_checkout_only_when_robolearn_is_one(tmp_path: Path
     assert schedule.provenance(repo)["git_dirty"] is True
     # A copy installed inside another repository is not a checkout of its own.
     assert schedule.provenance(repo / "pkg")["git_commit"] is None
+
+
+# -- hostile use: where out points, a benchmark killed with SIGKILL ----------------------------
+def test_out_that_is_a_file_or_a_foreign_folder_is_refused_before_anything_is_written(
+    tmp_path: Path, fake: Path, smoke: Table, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    for dry_run in (True, False):
+        with pytest.raises(TableError, match=r"notes.txt: is a file; expected a folder"):
+            run_benchmark(smoke, a_file, launcher=FakeLauncher(fake), dry_run=dry_run)
+    assert benchmark_main(["run", "table=smoke", f"out={a_file}"]) == 2
+    assert "is a file; expected a folder" in capsys.readouterr().err and a_file.read_text() == "mine"
+    # A robolearn training run directory (or any folder of other files) is not a benchmark's folder.
+    train_run = tmp_path / "train_run"
+    (train_run / "checkpoints").mkdir(parents=True)
+    (train_run / "config.json").write_text("{}")
+    (train_run / "metrics.csv").write_text("step\n")
+    launcher = FakeLauncher(fake)
+    with pytest.raises(TableError, match=r"not empty \(checkpoints, config.json, metrics.csv\) and no table.json"):
+        run_benchmark(smoke, train_run, launcher=launcher)
+    assert launcher.commands == [] and sorted(p.name for p in train_run.iterdir()) == [
+        "checkpoints", "config.json", "metrics.csv"]
+    # An empty folder, or one holding only a stale lock (a benchmark killed before its table.json), is fine.
+    (tmp_path / "empty" / ".benchmark.lock").parent.mkdir()
+    (tmp_path / "empty" / ".benchmark.lock").write_text("999999999\n")
+    assert run_benchmark(smoke, tmp_path / "empty", launcher=FakeLauncher(fake), seeds=[0],
+                         entries=["cartpole_sac"]).exit_status == 0
+
+
+KILLED_BENCHMARK = r'''
+import sys
+from pathlib import Path
+from robolearn.benchmark import schedule
+from robolearn.benchmark.table import load_table
+
+fake, out = sys.argv[1], Path(sys.argv[2])
+
+def launcher(cmd, log_file, env):
+    return schedule.launch([sys.executable, fake, *cmd[3:]], log_file, {**env, "FAKE_SLEEP": "60"})
+
+schedule.run_benchmark(load_table("smoke", check_tasks=False), out, launcher=launcher, seeds=[0],
+                       entries=["cartpole_sac"], libs=["robolearn"], poll_s=0.05)
+'''
+
+
+def test_a_benchmark_killed_with_sigkill_leaves_its_running_runs_listed_and_the_rerun_waits_for_them(
+    tmp_path: Path, fake: Path, smoke: Table
+) -> None:
+    out = tmp_path / "out"
+    script = tmp_path / "bench.py"
+    script.write_text(KILLED_BENCHMARK)
+    bench = subprocess.Popen([sys.executable, str(script), str(fake), str(out)])
+    run = out / "cartpole_sac" / "robolearn" / "seed0"
+    lock = out / ".benchmark.lock"
+    deadline = time.monotonic() + 60
+    try:
+        while not ((run / "ready").exists() and "child" in (lock.read_text() if lock.exists() else "")):
+            assert time.monotonic() < deadline and bench.poll() is None
+            time.sleep(0.02)
+    finally:
+        bench.kill()  # SIGKILL: no cleanup; the child runs on in its own session
+        bench.wait()
+    child = int(lock.read_text().splitlines()[1].split()[1])
+    try:
+        launcher = FakeLauncher(fake)
+        with pytest.raises(TableError, match=rf"still run: {run} \(process {child}\).*kill -INT {child}"):
+            run_benchmark(smoke, out, launcher=launcher, seeds=[0], entries=["cartpole_sac"], libs=["robolearn"])
+        assert launcher.commands == [] and (run / "ready").exists()  # its run directory untouched
+    finally:
+        os.kill(child, signal.SIGINT)  # as the message says: it checkpoints and exits
+    deadline = time.monotonic() + 60
+    while schedule._alive(child) and not _reaped(child):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    launcher = FakeLauncher(fake)
+    assert run_benchmark(smoke, out, launcher=launcher, seeds=[0], entries=["cartpole_sac"],
+                         libs=["robolearn"]).exit_status == 0
+    assert launcher.runs == ["cartpole_sac/robolearn/seed0"] and f"resume={run}" in launcher.commands[0]
+    assert not lock.exists()
+
+
+def _reaped(pid: int) -> bool:
+    """Whether ``pid`` is a zombie (an orphan's exit that init has not collected yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True

@@ -405,14 +405,24 @@ def check_out(table: Table, out: Path) -> Mapping[str, Any] | None:
         TableError: ``out`` holds runs of another table that ``table`` does not extend (the
             differences are listed), or a ``table.json`` that cannot be read.
     """
+    if Path(out).exists() and not Path(out).is_dir():
+        raise TableError(f"out={out}: is a file; expected a folder (new, or one an earlier `benchmark run` wrote)")
     path = Path(out) / TABLE_FILE
     if not path.exists():
-        stray = [p.name for p in Path(out).iterdir()] if Path(out).is_dir() else []
+        stray = sorted(p.name for p in Path(out).iterdir() if p.name != LOCK_FILE) if Path(out).is_dir() else []
         if any(e.id in stray for e in table.entries):
             # Run folders without a table.json: not ours to delete or extend.
             raise TableError(
-                f"out={out}: holds run folders ({', '.join(sorted(s for s in stray if s in table.ids))}) but no {TABLE_FILE}; "
+                f"out={out}: holds run folders ({', '.join(s for s in stray if s in table.ids)}) but no {TABLE_FILE}; "
                 "pick a new out folder (the benchmark only continues folders it started)"
+            )
+        if stray:
+            # Anything else (a training run directory, a folder of other runs): the benchmark would
+            # mix its table.json, runs.jsonl and run folders into files that are not its own.
+            shown = ", ".join(stray[:5]) + (", ..." if len(stray) > 5 else "")
+            raise TableError(
+                f"out={out}: not empty ({shown}) and no {TABLE_FILE}: not the folder of a `benchmark run`; "
+                "expected a new or empty folder, or one an earlier `benchmark run` wrote"
             )
         return None
     try:
@@ -440,12 +450,17 @@ def write_table(table: Table, out: Path) -> None:
 
 
 @contextlib.contextmanager
-def out_lock(out: Path) -> Iterator[None]:
+def out_lock(out: Path) -> Iterator[Callable[[Sequence[tuple[int, Path]]], None]]:
     """Hold ``<out>/.benchmark.lock`` (``O_EXCL``): a second ``benchmark run`` into ``out`` is refused
     while this one works; a lock of a process that is gone is taken over.
 
+    Yields a function that records the running children (pid, run directory) in the lock file, one
+    ``child <pid> <run dir>`` line each: the children run in sessions of their own, so a benchmark
+    killed with SIGKILL leaves them running, and the next ``benchmark run`` must not take over the
+    folder (delete or resume their run directories) while they still write there.
+
     Raises:
-        TableError: another live process holds the lock.
+        TableError: another live process holds the lock, or a dead one left children that still run.
     """
     path = Path(out) / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -453,14 +468,20 @@ def out_lock(out: Path) -> Iterator[None]:
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                pid = int(path.read_text().strip() or -1)
-            except (OSError, ValueError):
-                pid = -1
+            pid, children = _read_lock(path)
             if pid > 0 and _alive(pid):
                 raise TableError(
                     f"out={out}: another `robolearn benchmark run` (process {pid}) works in this folder; wait for it, "
                     f"or remove {path} if that process is gone"
+                ) from None
+            orphans = [(child, run) for child, run in children if _runs_in(child, run)]
+            if orphans:
+                # Left in place: the next attempt checks the same children again.
+                listed = ", ".join(f"{run} (process {child})" for child, run in orphans)
+                raise TableError(
+                    f"out={out}: the `robolearn benchmark run` of process {pid} ended without stopping its runs, "
+                    f"which still run: {listed}; wait for them to end, or stop them "
+                    f"(kill -INT {' '.join(str(c) for c, _ in orphans)}: they checkpoint), then run again"
                 ) from None
             log.warning("%s: taking over the lock of process %d, which no longer runs", path, pid)
             path.unlink(missing_ok=True)
@@ -470,10 +491,46 @@ def out_lock(out: Path) -> Iterator[None]:
         break
     else:
         raise TableError(f"out={out}: could not acquire {path}")
+
+    def record(children: Sequence[tuple[int, Path]]) -> None:
+        lines = [f"{os.getpid()}\n", *(f"child {pid} {run}\n" for pid, run in children)]
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(lines))
+        os.replace(tmp, path)  # atomic: the lock file exists throughout
+
     try:
-        yield
+        yield record
     finally:
         path.unlink(missing_ok=True)
+
+
+def _read_lock(path: Path) -> tuple[int, list[tuple[int, str]]]:
+    """The holder's pid (-1 if unreadable) and the children it recorded in a lock file."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return -1, []
+    try:
+        pid = int(lines[0].strip()) if lines else -1
+    except ValueError:
+        pid = -1
+    children = []
+    for line in lines[1:]:
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[0] == "child" and parts[1].isdigit():
+            children.append((int(parts[1]), parts[2]))
+    return pid, children
+
+
+def _runs_in(pid: int, run_dir: str) -> bool:
+    """Whether process ``pid`` is alive and still the run of ``run_dir`` (not a recycled pid)."""
+    if not _alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return True  # no /proc to tell: an alive pid is taken for the run
+    return run_dir in cmdline
 
 
 def _alive(pid: int) -> bool:
@@ -538,14 +595,16 @@ def run_benchmark(
         recipe_task_overrides(experiment)  # an unreadable recipe stops the benchmark before any run starts
     if dry_run:
         return BenchmarkResult([(r, run_state(r)) for r in runs], [], False)
-    with out_lock(out):
+    with out_lock(out) as record_children:
         old = check_out(table, out)  # again under the lock: another process may have written it meanwhile
         if old != table.to_dict():
             write_table(table, out)
         planned = [(r, run_state(r)) for r in runs]
         todo = [(r, s) for r, s in planned if s is not RunState.DONE]
         where = provenance() if todo else {}
-        records, interrupted = _execute(table, out, todo, len(planned), jobs, progress, launcher, poll_s, where)
+        records, interrupted = _execute(
+            table, out, todo, len(planned), jobs, progress, launcher, poll_s, where, record_children
+        )
     return BenchmarkResult(planned, records, interrupted)
 
 
@@ -572,8 +631,13 @@ def _execute(
     launcher: Launcher,
     poll_s: float,
     where: Mapping[str, Any],
+    record_children: Callable[[Sequence[tuple[int, Path]]], None] = lambda children: None,
 ) -> tuple[list[RunRecord], bool]:
-    """Run ``todo`` ``jobs`` at a time; return the records and whether a signal stopped it."""
+    """Run ``todo`` ``jobs`` at a time; return the records and whether a signal stopped it.
+
+    ``record_children`` is told the running children (pid, run directory) whenever they change
+    (:func:`out_lock`).
+    """
     from tqdm import tqdm
 
     pending = deque(todo)
@@ -585,15 +649,22 @@ def _execute(
     with _Signals() as stop:
         try:
             while active or (pending and not stop.count):
+                started = False
                 while pending and len(active) < jobs and not stop.count:
                     run, state = pending.popleft()
                     active.append(_start(run, state, table, out, env, launcher))
-                for item in [a for a in active if a.proc.poll() is not None]:
+                    started = True
+                if started:
+                    record_children([(a.proc.pid, a.run.run_dir) for a in active])
+                ended = [a for a in active if a.proc.poll() is not None]
+                for item in ended:
                     active.remove(item)
                     record = _finish(item, out, where)
                     records.append(record)
                     bar.update(1)
                     bar.set_postfix_str(f"{record.entry}/{record.lib}/seed{record.seed}: exit {record.returncode}")
+                if ended:
+                    record_children([(a.proc.pid, a.run.run_dir) for a in active])
                 stop.forward([a.proc for a in active])
                 if active:
                     time.sleep(poll_s)
