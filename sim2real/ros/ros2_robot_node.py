@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -97,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     check_wait_for_subscribers(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
     tune_process(args, log)
+    # Fast DDS over UDP (loopback on one machine) unless the user chose the transports: with the
+    # shared-memory transport a write towards a reader whose process just died can wait ~1 s (the
+    # port health check, 1,000 ms by default) inside rcl_publish, which holds the GIL, so the
+    # stepping thread and its watchdog stall with it: a robot held 1.0 s instead of 0.1 s after its
+    # policy's SIGKILL (once in CI, once in 19 local runs). The watchdog must not depend on a peer.
+    os.environ.setdefault("FASTDDS_BUILTIN_TRANSPORTS", "UDPv4")
     from std_msgs.msg import Bool, Float64, String
 
     from robolearn.sim2real.ros import ros2
