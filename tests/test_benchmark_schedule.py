@@ -630,3 +630,24 @@ def _reaped(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
     except (OSError, IndexError):
         return True
+
+
+def test_a_misspelt_sb3_hyperparameter_stops_the_benchmark_before_anything_is_written(
+    tmp_path: Path, fake: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = three_lib_table().to_dict()
+    data["entries"][0]["sb3"]["zoo"]["kwargs"]["n_stepz"] = 32  # a typo of n_steps
+    path = tmp_path / "typo.yaml"
+    path.write_text(json.dumps(data))  # JSON is YAML
+    table = load_table(path, check_tasks=False)
+    out = tmp_path / "out"
+    for dry_run in (True, False):
+        launcher = FakeLauncher(fake)
+        with pytest.raises(TableError) as info:
+            run_benchmark(table, out, launcher=launcher, dry_run=dry_run)
+        assert str(info.value) == f"{path}: entries[0] (a).sb3.zoo.kwargs.n_stepz: not an argument of stable_baselines3.PPO (got 32)"
+        assert launcher.commands == [] and not out.exists()
+    # The robolearn side alone does not need SB3's hyperparameters.
+    assert run_benchmark(table, out, launcher=FakeLauncher(fake), libs=["robolearn"], seeds=[0]).exit_status == 0
+    assert benchmark_main(["run", f"table={path}", f"out={tmp_path / 'out2'}", "dry_run=true"]) == 2
+    assert "n_stepz: not an argument of stable_baselines3.PPO" in capsys.readouterr().err

@@ -285,6 +285,41 @@ def command(run: Run, table: Table, state: RunState) -> list[str]:
     return [*cmd, "--normalize"] if normalize else cmd
 
 
+def check_sb3_kwargs(table: Table, runs: Sequence[Run]) -> None:
+    """Translate the SB3 hyperparameters of every SB3 run in ``runs`` as its runner will.
+
+    A typo in an entry's ``sb3.default`` or ``sb3.zoo.kwargs`` (``n_stepz``) would otherwise stop
+    that run only when its turn comes, hours into a table; here it stops the benchmark before
+    anything is written or started.
+
+    Raises:
+        TableError: a block the SB3 runner refuses (the table file, the field and the runner's
+            reason), or SB3 runs without stable-baselines3 installed.
+    """
+    blocks = {}
+    for run in runs:
+        if run.lib == "sb3_default":
+            blocks[(run.entry.id, "sb3.default")] = (run.entry.algo, run.entry.sb3.default)
+        elif run.lib == "sb3_zoo" and run.entry.sb3.zoo is not None:
+            blocks[(run.entry.id, "sb3.zoo.kwargs")] = (run.entry.algo, run.entry.sb3.zoo.kwargs)
+    if not blocks:
+        return
+    from robolearn.benchmark.sb3_zoo import ZooError, translate  # SB3 only when the plan has SB3 runs
+
+    where = f"{table.source}: " if table.source else ""
+    for (entry_id, field), (algo, kwargs) in blocks.items():
+        index = table.ids.index(entry_id)
+        try:
+            translate(algo, kwargs, f"entries[{index}] ({entry_id}).{field}")
+        except ZooError as exc:
+            raise TableError(f"{where}{exc}") from None
+        except ImportError as exc:
+            raise TableError(
+                f"{where}libs: the plan has SB3 runs but stable-baselines3 cannot be imported ({exc}); "
+                "install the sb3 extra (pip install 'robolearn[sb3]') or pass libs=robolearn"
+            ) from None
+
+
 VERSIONED: dict[str, str] = {
     "torch": "torch", "mujoco": "mujoco", "stable_baselines3": "stable-baselines3", "robolearn": "robolearn",
 }
@@ -593,6 +628,7 @@ def run_benchmark(
     check_out(table, out)
     for experiment in sorted({r.entry.experiment for r in runs if r.lib in SB3_LIBS}):
         recipe_task_overrides(experiment)  # an unreadable recipe stops the benchmark before any run starts
+    check_sb3_kwargs(table, runs)
     if dry_run:
         return BenchmarkResult([(r, run_state(r)) for r in runs], [], False)
     with out_lock(out) as record_children:
@@ -759,6 +795,7 @@ __all__ = [
     "RunRecord",
     "RunState",
     "check_out",
+    "check_sb3_kwargs",
     "command",
     "launch",
     "plan",
