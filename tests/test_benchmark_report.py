@@ -310,3 +310,26 @@ def test_a_crashed_run_is_told_from_one_under_way(tmp_path: Path) -> None:
             "see alpha_ppo/robolearn/seed0/benchmark.log)") in text  # the latest record counts
     assert "- robolearn seed 1: unfinished (no summary.json yet); its last attempt interrupted (exit status 130" in text
     assert "- sb3_default seed 0: unfinished (no summary.json yet)\n" in text
+
+
+def test_cli_report_paths_that_cannot_be_written_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from robolearn.benchmark.table import load_table
+    from robolearn.cli.benchmark import main as benchmark_main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "table.json").write_text(json.dumps(load_table("smoke", check_tasks=False).to_dict()))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    for argv, message in [
+        ([f"results={a_file}/RESULTS.md"], f"results={a_file}/RESULTS.md: {a_file} is a file; expected a folder there"),
+        ([f"results={tmp_path / 'R.md'}", f"figures={a_file}/figs"], f"figures={a_file}/figs: {a_file} is a file"),
+        ([f"results={tmp_path / 'R.md'}", f"figures={a_file}"], f"figures={a_file}: {a_file} is a file"),
+        ([f"results={out}"], f"results={out}: is a folder; expected the markdown file to write"),
+    ]:
+        assert benchmark_main(["report", f"out={out}", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    assert a_file.read_text() == "mine" and not (tmp_path / "R.md").exists()

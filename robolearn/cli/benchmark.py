@@ -77,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[name](settings)
     except (UsageError, ConfigError, FileNotFoundError) as exc:
         return _fail(f"benchmark {name}", str(exc))
+    except OSError as exc:  # a folder that cannot be written (permissions, a full disk): one line, not a traceback
+        return _fail(f"benchmark {name}", f"{exc.filename or ''}: {exc.strerror or exc}")
     except KeyboardInterrupt:  # before the runs started (while they run, the schedule handles Ctrl-C)
         print(f"robolearn benchmark {name}: interrupted", file=sys.stderr)
         return 130
@@ -132,12 +134,16 @@ def report_command(settings: dict[str, str]) -> int:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: cannot be read as JSON ({exc})") from None
     table = table_from_dict(data, str(path), check_files=False)
+    results, figures = Path(settings.get("results", "RESULTS.md")), Path(settings.get("figures", "docs/results"))
+    # Checked before the minutes of bootstrap: a path that cannot be written is a one-line error, not a traceback.
+    if results.is_dir():
+        raise UsageError(f"results={results}: is a folder; expected the markdown file to write")
+    _writable_folder("results", results, results.parent)
+    _writable_folder("figures", figures, figures)
     from robolearn.benchmark.report import write_report  # matplotlib and rliable only when reporting
 
     # The table as its YAML mapping (zoo_reference.return spelt as in the table file).
-    written = write_report(
-        table.to_dict(), out, Path(settings.get("results", "RESULTS.md")), Path(settings.get("figures", "docs/results"))
-    )
+    written = write_report(table.to_dict(), out, results, figures)
     print(f"wrote {written}")
     return 0
 
@@ -163,6 +169,15 @@ def _print_outcome(result: BenchmarkResult, out: Path) -> int:
     if result.interrupted:
         print("interrupted: run the same command again to resume", file=sys.stderr)
     return result.exit_status
+
+
+def _writable_folder(key: str, value: Path, folder: Path) -> None:
+    """Refuse ``key=value`` when ``folder`` (to be created if missing) is, or lies under, a file."""
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise UsageError(f"{key}={value}: {part} is a file; expected a folder there")
+            return
 
 
 def _required(settings: dict[str, str], key: str, command: str) -> str:
