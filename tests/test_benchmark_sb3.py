@@ -414,3 +414,24 @@ def test_grow_replay_buffer_keeps_the_stored_rows() -> None:
     assert buffer.pos == 0 and buffer.full  # the fifth row existed
     with pytest.raises(sb3_run.RunError, match="full"):
         sb3_run.grow_replay_buffer(filled(4, 3), 10)  # 2 rows, wrapped: its oldest row is gone
+
+
+def test_a_corrupt_checkpoint_or_summary_is_a_clear_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    argv = _argv(out, "ppo", PPO_TINY, 64, 64)
+    assert sb3_run.main(argv) == 0
+    ckpt = out / sb3_run.CHECKPOINT
+    capsys.readouterr()
+    (out / "summary.json").write_text('{"env_steps": 6')  # torn: read as no summary, so the run resumes
+    for name, garbage in [("model.zip", b"\x94not a zip"), ("state.json", b"\x94\x00")]:
+        original = (ckpt / name).read_bytes()
+        (ckpt / name).write_bytes(garbage)
+        assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 128, 64)) == 2, name
+        err = capsys.readouterr().err
+        assert f"sb3_run: error: --out: the checkpoint in {ckpt} cannot be read" in err, err
+        assert f"remove {out} to train this run afresh" in err and "Traceback" not in err
+        (ckpt / name).write_bytes(original)
+    assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 128, 64)) == 0  # the intact checkpoint resumes
+    assert [int(r["step"]) for r in _rows(out)] == [64, 128]

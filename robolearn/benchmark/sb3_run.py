@@ -50,10 +50,12 @@ import argparse
 import json
 import math
 import os
+import pickle
 import platform
 import shutil
 import sys
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -540,6 +542,12 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+UNREADABLE_CHECKPOINT: tuple[type[BaseException], ...] = (
+    OSError, ValueError, KeyError, TypeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError,
+)
+"""What loading a torn or corrupted checkpoint raises (JSON and Unicode errors are ValueErrors)."""
+
+
 # -- the run directory -----------------------------------------------------------------------------
 def _recover_checkpoint(out: Path) -> None:
     """Put back a checkpoint a crash left as ``.sb3_checkpoint.old`` mid-swap; drop a torn ``.tmp``."""
@@ -562,8 +570,12 @@ def run_state(spec: RunSpec) -> str:
     ckpt_dir = out / CHECKPOINT
     has_ckpt = (ckpt_dir / "state.json").is_file() or (out / f".{CHECKPOINT}.old" / "state.json").is_file()
     if summary.is_file():
-        done = json.loads(summary.read_text())
-        if int(done.get("env_steps", 0)) >= spec.env_steps:
+        try:
+            done = json.loads(summary.read_text())
+            steps = int(done.get("env_steps", 0)) if isinstance(done, dict) else 0
+        except (OSError, ValueError, TypeError):  # a torn or edited summary is no summary (the schedule reads it so too)
+            steps = 0
+        if steps >= spec.env_steps:
             return "done"
     if has_ckpt:
         config = out / "config.json"
@@ -601,7 +613,13 @@ def run(spec: RunSpec) -> dict[str, Any]:
         (spec.out / "summary.json").unlink(missing_ok=True)  # a shorter budget's summary: not this run's
         shutil.copyfile(spec.out / CHECKPOINT / "metrics.csv", spec.out / ".metrics.csv.restore")
         os.replace(spec.out / ".metrics.csv.restore", spec.out / "metrics.csv")
-        session = SB3Run(spec, resume=True)
+        try:
+            session = SB3Run(spec, resume=True)
+        except UNREADABLE_CHECKPOINT as err:
+            raise RunError(
+                f"--out: the checkpoint in {spec.out / CHECKPOINT} cannot be read ({type(err).__name__}: {err}); "
+                f"remove {spec.out} to train this run afresh"
+            ) from err
         # The budget and (SAC) the replay capacity of this session; the rest is the run's, checked above.
         config_path = spec.out / "config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else spec.config()
