@@ -365,6 +365,7 @@ def test_interrupt_stops_starting_runs_and_the_rerun_resumes(tmp_path: Path, fak
     assert result.interrupted and result.exit_status == 130
     assert len(launcher.commands) == 1  # nothing started after the signal
     assert [(r.lib, r.returncode) for r in result.records] == [("robolearn", 130)]  # it stopped, with a checkpoint
+    assert result.failed == [] and result.stopped == result.records  # stopped by the interrupt is no failure
     first = Run(smoke.entry("cartpole_ppo"), "robolearn", 0, out / "cartpole_ppo" / "robolearn" / "seed0")
     assert run_state(first) is RunState.RESUME
     rerun = FakeLauncher(fake)
@@ -651,3 +652,23 @@ def test_a_misspelt_sb3_hyperparameter_stops_the_benchmark_before_anything_is_wr
     assert run_benchmark(table, out, launcher=FakeLauncher(fake), libs=["robolearn"], seeds=[0]).exit_status == 0
     assert benchmark_main(["run", f"table={path}", f"out={tmp_path / 'out2'}", "dry_run=true"]) == 2
     assert "n_stepz: not an argument of stable_baselines3.PPO" in capsys.readouterr().err
+
+
+def test_runs_the_interrupt_stopped_are_not_reported_as_failures(capsys: pytest.CaptureFixture[str]) -> None:
+    from robolearn.cli.benchmark import _print_outcome
+
+    def record(lib: str, code: int) -> schedule.RunRecord:
+        return schedule.RunRecord("cp", lib, 0, f"/o/cp/{lib}/seed0", "fresh", code, 1.0, (0.0,) * 3, (0.0,) * 3, "t")
+
+    # SB3 ends by the forwarded SIGINT's KeyboardInterrupt (-2), robolearn with 130; a crash (1) is a failure.
+    records = [record("robolearn", 130), record("sb3_default", -signal.SIGINT), record("sb3_zoo", 1)]
+    result = schedule.BenchmarkResult([], records, interrupted=True)
+    assert [r.lib for r in result.stopped] == ["robolearn", "sb3_default"] and [r.lib for r in result.failed] == ["sb3_zoo"]
+    assert _print_outcome(result, Path("/o")) == 130
+    captured = capsys.readouterr()
+    assert "3 runs executed, 0 already done, 1 failed, 2 stopped by the interrupt" in captured.out
+    assert [line for line in captured.err.splitlines() if line.startswith("failed:")] == [
+        "failed: cp/sb3_zoo/seed0 exited with 1; see /o/cp/sb3_zoo/seed0/benchmark.log"]
+    # Without an interrupt, a run killed by SIGINT (someone else's signal) is a failure.
+    assert [r.lib for r in schedule.BenchmarkResult([], records, interrupted=False).failed] == [
+        "robolearn", "sb3_default", "sb3_zoo"]

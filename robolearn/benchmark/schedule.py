@@ -65,6 +65,10 @@ LOG_FILE = "benchmark.log"
 """A run's subprocess output, in its run directory."""
 SB3_CHECKPOINT = "sb3_checkpoint"
 """Folder of an SB3 run's checkpoint (written by :mod:`robolearn.benchmark.sb3_run`)."""
+STOPPED_CODES: tuple[int, ...] = (130, -signal.SIGINT, -signal.SIGKILL)
+"""Exit statuses of a run stopped by the signals :class:`_Signals` forwards: 130 (robolearn after its
+checkpoint), killed by SIGINT (SB3, whose KeyboardInterrupt keeps its last evaluation's checkpoint),
+killed by SIGKILL (the third signal)."""
 THREAD_ENV: dict[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 """Environment of every run: one thread each, so ``jobs`` runs share the cores evenly."""
 
@@ -143,9 +147,17 @@ class BenchmarkResult:
     """Stopped by SIGINT/SIGTERM before every run ended."""
 
     @property
+    def stopped(self) -> list[RunRecord]:
+        """Runs the interrupt stopped (exit 130, or ended by the SIGINT/SIGKILL the benchmark forwarded):
+        not failures, they resume from their last checkpoint.
+        """
+        return [r for r in self.records if self.interrupted and r.returncode in STOPPED_CODES]
+
+    @property
     def failed(self) -> list[RunRecord]:
-        """Runs that exited with a non-zero status."""
-        return [r for r in self.records if r.returncode != 0]
+        """Runs that exited with a non-zero status, other than those the interrupt stopped."""
+        stopped = {id(r) for r in self.stopped}
+        return [r for r in self.records if r.returncode != 0 and id(r) not in stopped]
 
     @property
     def exit_status(self) -> int:

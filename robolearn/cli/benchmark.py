@@ -162,11 +162,14 @@ def _print_plan(result: BenchmarkResult) -> None:
 def _print_outcome(result: BenchmarkResult, out: Path) -> int:
     """One line for what ran, one per failed run; the exit status."""
     skipped = sum(1 for _, s in result.planned if s is RunState.DONE)
-    print(f"{len(result.records)} runs executed, {skipped} already done, {len(result.failed)} failed ({out / 'runs.jsonl'})")
+    stopped = f", {len(result.stopped)} stopped by the interrupt" if result.interrupted else ""
+    print(f"{len(result.records)} runs executed, {skipped} already done, {len(result.failed)} failed{stopped} "
+          f"({out / 'runs.jsonl'})")
     for record in result.failed:
         print(f"failed: {record.entry}/{record.lib}/seed{record.seed} exited with {record.returncode}; "
               f"see {Path(record.run_dir) / 'benchmark.log'}", file=sys.stderr)
     if result.interrupted:
+        # The stopped runs are not failures: they continue from their last checkpoint.
         print("interrupted: run the same command again to resume", file=sys.stderr)
     return result.exit_status
 
