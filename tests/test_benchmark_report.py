@@ -333,3 +333,10 @@ def test_cli_report_paths_that_cannot_be_written_are_one_line_errors(
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
     assert a_file.read_text() == "mine" and not (tmp_path / "R.md").exists()
+
+
+def test_header_states_the_protocol(page: tuple[Path, str]) -> None:
+    _, text = page
+    protocol = next(line for line in text.splitlines() if line.startswith("- Protocol: "))
+    assert "mean over 10 evaluation worlds, one episode each" in protocol  # the table's eval_episodes
+    assert "one torch thread and one MuJoCo thread" in protocol and "exclude evaluation" in protocol

@@ -489,6 +489,14 @@ def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, 
         f"- Versions: {versions}",
         f"- Seeds: {', '.join(str(s) for s in table.get('seeds') or [])}; "
         f"libraries: {', '.join(str(lib) for lib in table.get('libs') or [])}",
+        # The reader needs what a number measures before the numbers: how returns and seconds were taken.
+        "- Protocol: every (entry, library, seed) is one run with one torch thread and one MuJoCo thread, "
+        "all on the machine above, interleaved (seed-major, the libraries' order rotated by seed). "
+        "Returns are undiscounted episode returns in the task's reward units: the deterministic policy's "
+        f"mean over {table.get('eval_episodes', '?')} evaluation worlds, one episode each (robolearn at its "
+        "recipe's evaluation cadence, SB3 every entry's `eval_every` env steps with its VecNormalize "
+        "statistics frozen). Training seconds and env steps/s (env steps over training seconds, median over "
+        "seeds) exclude evaluation; env steps count every world's steps.",
     ]
     load = _load_line(out)
     if load:
