@@ -366,6 +366,7 @@ def test_interrupt_stops_starting_runs_and_the_rerun_resumes(tmp_path: Path, fak
     assert len(launcher.commands) == 1  # nothing started after the signal
     assert [(r.lib, r.returncode) for r in result.records] == [("robolearn", 130)]  # it stopped, with a checkpoint
     assert result.failed == [] and result.stopped == result.records  # stopped by the interrupt is no failure
+    assert _records(out)[0]["signalled"] is True
     first = Run(smoke.entry("cartpole_ppo"), "robolearn", 0, out / "cartpole_ppo" / "robolearn" / "seed0")
     assert run_state(first) is RunState.RESUME
     rerun = FakeLauncher(fake)
@@ -660,15 +661,18 @@ def test_runs_the_interrupt_stopped_are_not_reported_as_failures(capsys: pytest.
     def record(lib: str, code: int) -> schedule.RunRecord:
         return schedule.RunRecord("cp", lib, 0, f"/o/cp/{lib}/seed0", "fresh", code, 1.0, (0.0,) * 3, (0.0,) * 3, "t")
 
-    # SB3 ends by the forwarded SIGINT's KeyboardInterrupt (-2), robolearn with 130; a crash (1) is a failure.
-    records = [record("robolearn", 130), record("sb3_default", -signal.SIGINT), record("sb3_zoo", 1)]
+    # SB3 ends by the forwarded SIGINT's KeyboardInterrupt (-2), robolearn with 130, a child signalled while it
+    # still imported fails its import (1); a crash (1) the benchmark did not signal is a failure.
+    records = [record("robolearn", 130), record("sb3_default", -signal.SIGINT), record("sb3_zoo", 1),
+               dataclasses.replace(record("importing", 1), signalled=True)]
     result = schedule.BenchmarkResult([], records, interrupted=True)
-    assert [r.lib for r in result.stopped] == ["robolearn", "sb3_default"] and [r.lib for r in result.failed] == ["sb3_zoo"]
+    assert [r.lib for r in result.stopped] == ["robolearn", "sb3_default", "importing"]
+    assert [r.lib for r in result.failed] == ["sb3_zoo"]
     assert _print_outcome(result, Path("/o")) == 130
     captured = capsys.readouterr()
-    assert "3 runs executed, 0 already done, 1 failed, 2 stopped by the interrupt" in captured.out
+    assert "4 runs executed, 0 already done, 1 failed, 3 stopped by the interrupt" in captured.out
     assert [line for line in captured.err.splitlines() if line.startswith("failed:")] == [
         "failed: cp/sb3_zoo/seed0 exited with 1; see /o/cp/sb3_zoo/seed0/benchmark.log"]
     # Without an interrupt, a run killed by SIGINT (someone else's signal) is a failure.
     assert [r.lib for r in schedule.BenchmarkResult([], records, interrupted=False).failed] == [
-        "robolearn", "sb3_default", "sb3_zoo"]
+        "robolearn", "sb3_default", "sb3_zoo", "importing"]

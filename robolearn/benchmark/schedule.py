@@ -125,6 +125,8 @@ class RunRecord:
     """UTC start time (ISO 8601)."""
     provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Where it ran: ``machine``, ``versions``, ``git_commit``, ``git_dirty`` (:func:`provenance`)."""
+    signalled: bool = False
+    """The benchmark passed it a Ctrl-C/SIGTERM (it was asked to stop)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a JSON object."""
@@ -151,7 +153,10 @@ class BenchmarkResult:
         """Runs the interrupt stopped (exit 130, or ended by the SIGINT/SIGKILL the benchmark forwarded):
         not failures, they resume from their last checkpoint.
         """
-        return [r for r in self.records if self.interrupted and r.returncode in STOPPED_CODES]
+        # Asked to stop, a child may end with any status: one still importing (before it handles
+        # SIGINT) fails its import with 1. What it ended with stays in runs.jsonl.
+        return [r for r in self.records
+                if self.interrupted and r.returncode != 0 and (r.signalled or r.returncode in STOPPED_CODES)]
 
     @property
     def failed(self) -> list[RunRecord]:
@@ -667,6 +672,7 @@ class _Active:
     start: float
     load: tuple[float, ...]
     started: str
+    signalled: bool = False
 
 
 def _execute(
@@ -713,7 +719,9 @@ def _execute(
                     bar.set_postfix_str(f"{record.entry}/{record.lib}/seed{record.seed}: exit {record.returncode}")
                 if ended:
                     record_children([(a.proc.pid, a.run.run_dir) for a in active])
-                stop.forward([a.proc for a in active])
+                signalled = stop.forward([a.proc for a in active])
+                for item in active:
+                    item.signalled = item.signalled or item.proc.pid in signalled
                 if active:
                     time.sleep(poll_s)
         finally:
@@ -754,7 +762,7 @@ def _finish(item: _Active, out: Path, where: Mapping[str, Any]) -> RunRecord:
     record = RunRecord(
         entry=run.entry.id, lib=run.lib, seed=run.seed, run_dir=str(run.run_dir), state=item.state.value,
         returncode=code, wall_s=round(time.perf_counter() - item.start, 3), load_before=item.load,
-        load_after=tuple(os.getloadavg()), started=item.started, provenance=where,
+        load_after=tuple(os.getloadavg()), started=item.started, provenance=where, signalled=item.signalled,
     )
     with open(out / RUNS_FILE, "a") as fh:
         fh.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
@@ -781,14 +789,17 @@ class _Signals:
         log.warning("%s: asking the running runs to stop (they checkpoint; run the same command again to resume)",
                     signal.Signals(signum).name)
 
-    def forward(self, procs: Sequence[subprocess.Popen[bytes]]) -> None:
-        """Pass the signals received since the last call on to the running children."""
+    def forward(self, procs: Sequence[subprocess.Popen[bytes]]) -> set[int]:
+        """Pass the signals received since the last call on to the running children; return their pids."""
+        sent: set[int] = set()
         while self._sent < self.count:
             self._sent += 1
             for proc in procs:
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
                         proc.send_signal(signal.SIGKILL if self._sent >= 3 else signal.SIGINT)
+                        sent.add(proc.pid)
+        return sent
 
     def __enter__(self) -> _Signals:
         if threading.current_thread() is threading.main_thread():
