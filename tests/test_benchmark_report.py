@@ -252,14 +252,19 @@ def test_regenerating_is_byte_identical(out: Path, page: tuple[Path, str], tmp_p
     assert "| 380.0 @ 4,000 (robolearn +36.7) |" in text  # the Zoo reference survives the Table (zoo_reference.return)
 
 
-def test_an_entry_without_runs_is_shown(out: Path, tmp_path: Path) -> None:
+def test_an_entry_without_runs_is_named_as_not_run_yet(out: Path, tmp_path: Path) -> None:
     entry = {**TABLE["entries"][1], "id": "gamma_sac"}  # nothing under out/gamma_sac
     md = write_report({**TABLE, "entries": [entry]}, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS)
     text = md.read_text()
-    assert row(text, "gamma_sac", "robolearn")[2:9] == [
-        "0/3", "n/a", "≥50: n/a (no finished run)", "≥50: n/a (no finished run)", "n/a", "≥50: n/a", "n/a"]
-    assert "- sb3_default seed 0: missing" in text
-    assert (tmp_path / "fig" / "gamma_sac.png").read_bytes().startswith(PNG_MAGIC)
+    assert "Finished runs: 0 of 6. Not run yet (no finished run of any library): gamma_sac." in text
+    assert "| gamma_sac |" not in text and "## gamma_sac" not in text
+    assert not (tmp_path / "fig" / "gamma_sac.png").exists()
+    # beside an entry with runs: only the empty one is listed, the count covers both
+    both = write_report({**TABLE, "entries": [TABLE["entries"][0], entry]}, out, tmp_path / "R2.md",
+                        tmp_path / "fig2", reps=REPS).read_text()
+    assert "Not run yet (no finished run of any library): gamma_sac." in both
+    assert row(both, TABLE["entries"][0]["id"], "robolearn")[2] == "3/3"
+    assert "Finished runs: " in both and " of 15." in both
 
 
 def test_bad_input(out: Path, tmp_path: Path) -> None:

@@ -613,6 +613,16 @@ def write_report(
         per_entry.append((entry, results))
     configs = [read_json_object(run.path / "config.json") for _, results in per_entry
                for r in results for run in r.runs]
+    # An entry with no finished run of any library (and no failed attempt to report) is one name in
+    # a "not run yet" line, not rows of n/a and an empty figure: a table in progress stays readable.
+    def _shown(results: Sequence[LibResult]) -> bool:
+        return any(r.runs or any("failed" in note for note in r.notes) for r in results)
+
+    pending = [str(entry["id"]) for entry, results in per_entry if not _shown(results)]
+    per_entry = [(entry, results) for entry, results in per_entry if _shown(results)]
+    finished = sum(len(r.runs) for _, results in per_entry for r in results)
+    planned = sum(r.expected for _, results in per_entry for r in results) + sum(
+        len(seeds) * len(_entry_libs(entry, libs)) for entry in entries if str(entry["id"]) in pending)
 
     # Render everything in memory first: a failure writes nothing, and figures land whole.
     figures = {f"{entry['id']}.png": _entry_png(entry, results, reps, seed) for entry, results in per_entry}
@@ -624,6 +634,9 @@ def write_report(
     lines += [
         "",
         "## Summary",
+        "",
+        f"Finished runs: {finished} of {planned}."
+        + (f" Not run yet (no finished run of any library): {', '.join(pending)}." if pending else ""),
         "",
         f"Final = the last evaluation of a finished run; IQM over seeds with a {CONFIDENCE:.0%} "
         f"stratified-bootstrap interval ({reps} resamples, seed {seed}). To threshold: the first "
