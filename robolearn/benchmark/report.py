@@ -47,6 +47,7 @@ import numpy as np
 
 from robolearn.analysis.compare import Estimate, bootstrap_interval, iqm, new_figure, png_bytes, write_files
 from robolearn.analysis.runs import Group, RunCurve, common_grid, load_run, score_matrix
+from robolearn.benchmark.schedule import cpu_model
 from robolearn.utils.config import read_json_object
 
 log = logging.getLogger(__name__)
@@ -347,15 +348,6 @@ def _git_head(repo: Path) -> str | None:
     return done.stdout.strip() or None
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
 
 def _version(dist: str) -> str:
     try:
@@ -465,7 +457,7 @@ def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, 
     if machines:
         machine = "; ".join(machines) + " (recorded by the runs)"
     else:
-        machine = (f"{_cpu_model()}, {os.cpu_count()} logical cores, {platform.platform()} (not recorded by the "
+        machine = (f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} logical cores, {platform.platform()} (not recorded by the "
                    "runs: where this page was generated)")
     recorded = [r["versions"] for r in rows if isinstance(r.get("versions"), Mapping)]
     sb3 = _recorded(configs, ("sb3_version",))

@@ -68,6 +68,7 @@ from robolearn.benchmark.sb3_zoo import ZooError, sb3_class, translate
 from robolearn.envs.batched_env import BatchedEnv
 from robolearn.envs.registry import list_tasks, make
 from robolearn.logging.logger import Logger
+from robolearn.utils.config import flatten_overrides
 
 EVAL_SEED_OFFSET = 10_000
 """The evaluation env of seed ``s`` is seeded ``EVAL_SEED_OFFSET + s``, as ``robolearn train`` seeds its own."""
@@ -265,18 +266,6 @@ def _task_overrides(task: str, text: str) -> dict[str, Any]:
     return overrides
 
 
-def flatten_overrides(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested task overrides as ``make`` keywords, ``{"a": {"b": 1}}`` -> ``{"a__b": 1}``, as
-    ``robolearn train`` passes a recipe's ``task_overrides`` (an empty mapping is a value: ``{}``).
-    """
-    flat: dict[str, Any] = {}
-    for key, value in overrides.items():
-        name = f"{prefix}__{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten_overrides(value, name))
-        else:
-            flat[name] = value
-    return flat
 
 
 def replay_capacity(spec: RunSpec, max_episode_length: int) -> int:

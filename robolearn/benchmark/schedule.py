@@ -343,7 +343,7 @@ VERSIONED: dict[str, str] = {
 """``versions`` keys of :func:`provenance` and their distributions."""
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
     """The CPU's model name from ``/proc/cpuinfo`` (Linux), else what ``platform`` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -385,7 +385,7 @@ def provenance(root: Path | None = None) -> dict[str, Any]:
     commit = _git(root, "rev-parse", "HEAD") if own else None
     dirty = bool(_git(root, "status", "--porcelain", "--untracked-files=no")) if commit else None
     return {
-        "machine": {"cpu": _cpu_model(), "logical_cores": os.cpu_count(), "platform": platform.platform()},
+        "machine": {"cpu": cpu_model(), "logical_cores": os.cpu_count(), "platform": platform.platform()},
         "versions": {"python": platform.python_version(),
                      **{key: _distribution_version(dist) for key, dist in VERSIONED.items()}},
         "git_commit": commit or None,

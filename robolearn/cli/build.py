@@ -18,21 +18,12 @@ from robolearn.envs import BatchedEnv
 from robolearn.runners import OffPolicyRunner, OnPolicyRunner
 from robolearn.runners.policy import LoadedPolicy, load_policy
 from robolearn.runners.train_config import read_train_config
+from robolearn.utils.config import flatten_overrides
 
 EVAL_SEED_OFFSET = 10_000
 """The evaluation env of a training run is seeded ``seed + EVAL_SEED_OFFSET``."""
 
 
-def flatten_overrides(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested task overrides as ``robolearn.make`` keywords: ``{"a": {"b": 1}}`` -> ``{"a__b": 1}``."""
-    flat: dict[str, Any] = {}
-    for key, value in overrides.items():
-        name = f"{prefix}__{key}" if prefix else str(key)
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten_overrides(value, name))
-        else:
-            flat[name] = value
-    return flat
 
 
 def build_env(

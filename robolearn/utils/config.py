@@ -144,4 +144,18 @@ def lists(value: Any) -> Any:
     return value
 
 
-__all__ = ["ConfigError", "lists", "read_json_object", "to_dataclass"]
+__all__ = ["ConfigError", "flatten_overrides", "lists", "read_json_object", "to_dataclass"]
+
+
+def flatten_overrides(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested task overrides as ``robolearn.make`` keywords: ``{"a": {"b": 1}}`` -> ``{"a__b": 1}``
+    (an empty mapping is a value: ``{}``), as ``robolearn train`` passes a recipe's ``task_overrides``.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        name = f"{prefix}__{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten_overrides(value, name))
+        else:
+            flat[name] = value
+    return flat
