@@ -36,10 +36,7 @@ import json
 import logging
 import math
 import os
-import platform
-import subprocess
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +44,7 @@ import numpy as np
 
 from robolearn.analysis.compare import Estimate, bootstrap_interval, iqm, new_figure, png_bytes, write_files
 from robolearn.analysis.runs import Group, RunCurve, common_grid, load_run, score_matrix
-from robolearn.benchmark.schedule import cpu_model
+from robolearn.benchmark.schedule import provenance
 from robolearn.utils.config import read_json_object
 
 log = logging.getLogger(__name__)
@@ -339,23 +336,6 @@ def _entry_png(entry: Mapping[str, Any], results: Sequence[LibResult], reps: int
 
 
 # -- the header -----------------------------------------------------------------------------------
-def _git_head(repo: Path) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
-                              capture_output=True, text=True, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
-
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def _recorded(configs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str]:
     """The distinct values the runs recorded under any of ``keys`` (sorted)."""
     return sorted({str(c[k]) for c in configs for k in keys if c.get(k) not in (None, "")})
@@ -443,6 +423,14 @@ def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, 
     every distinct value when runs differ), the page's own environment only where nothing was recorded.
     """
     rows = _runs_rows(out)
+    here: dict[str, Any] = {}  # the page's own environment, read only for what the runs did not record
+    generated = "not recorded by the runs: where this page was generated"
+
+    def _here() -> dict[str, Any]:
+        if not here:
+            here.update(provenance())
+        return here
+
     commits = sorted({
         f"`{str(r['git_commit'])[:12]}`" + (" (with uncommitted changes)" if r.get("git_dirty") else "")
         for r in rows if r.get("git_commit")
@@ -450,29 +438,21 @@ def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, 
     if commits:
         commit = ", ".join(commits) + " (recorded by the runs)"
     else:
-        head = _git_head(Path(__file__).resolve().parents[2])
-        commit = (f"`{head}` (not recorded by the runs: the repository's HEAD when this page was generated)"
+        head = _here()["git_commit"]
+        commit = (f"`{head[:12]}` (not recorded by the runs: the repository's HEAD when this page was generated)"
                   if head else "unknown (not recorded by the runs)")
     machines = sorted({m for m in map(_machine, rows) if m})
-    if machines:
-        machine = "; ".join(machines) + " (recorded by the runs)"
-    else:
-        machine = (f"{cpu_model() or 'unknown CPU'}, {os.cpu_count()} logical cores, {platform.platform()} (not recorded by the "
-                   "runs: where this page was generated)")
+    machine = ("; ".join(machines) + " (recorded by the runs)") if machines else f"{_machine(_here())} ({generated})"
     recorded = [r["versions"] for r in rows if isinstance(r.get("versions"), Mapping)]
+    suffix = "recorded by the runs" if recorded else generated
     sb3 = _recorded(configs, ("sb3_version",))
-    if recorded:
-        parts = []
-        for key, name in VERSION_NAMES.items():
-            values = sorted({str(v[key]) for v in recorded if v.get(key)} | (set(sb3) if key == "stable_baselines3" else set()))
-            parts.append(f"{name} {', '.join(values) if values else 'not recorded'}")
-        versions = ", ".join(parts) + " (recorded by the runs)"
-    else:
-        versions = (
-            f"Python {platform.python_version()}, torch {_version('torch')}, mujoco {_version('mujoco')}, "
-            f"Stable-Baselines3 {', '.join(sb3) + ' (recorded by the SB3 runs)' if sb3 else _version('stable-baselines3')}, "
-            f"robolearn {_version('robolearn')} (not recorded by the runs: where this page was generated)"
-        )
+    parts = []
+    for key, name in VERSION_NAMES.items():
+        values = {str(v[key]) for v in recorded or [_here()["versions"]] if v.get(key)}
+        if key == "stable_baselines3" and sb3:
+            values = (values | set(sb3)) if recorded else set(sb3)  # what the SB3 runs recorded wins
+        parts.append(f"{name} {', '.join(sorted(values)) if values else 'not recorded'}")
+    versions = ", ".join(parts) + f" ({suffix})"
     lines = [
         f"# Benchmark results: {table.get('name', 'table')}",
         "",
