@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -684,3 +685,299 @@ def test_runs_the_interrupt_stopped_are_not_reported_as_failures(capsys: pytest.
     # Without an interrupt, a run killed by SIGINT (someone else's signal) is a failure.
     assert [r.lib for r in schedule.BenchmarkResult([], records, interrupted=False).failed] == [
         "robolearn", "sb3_default", "sb3_zoo", "importing"]
+
+
+# -- stale runs: made by another recipe than the table's command gives them now -------------------
+MY_RECIPE = """# @package _global_
+defaults:
+  - override /algo: ppo
+task: Cartpole-Balance
+num_envs: 64
+eval_num_envs: 8          # the benchmark gives eval_num_envs=<eval_episodes>: not compared
+total_env_steps: 400000   # the benchmark gives the entry's budget: not compared
+algo:
+  learning_rate: 3e-4     # PyYAML alone reads '3e-4' (a string); Hydra, and config.json, 0.0003
+  gamma: 1                # config.json: 1.0
+  entropy_coef: 0.01
+  actor_hidden: [64, 64]
+runner:
+  eval_interval: 25
+  video: true             # the benchmark turns it off: not compared
+"""
+
+
+def _my_config(run_dir: Path) -> dict[str, Any]:
+    """A robolearn run's config.json as MY_RECIPE under the benchmark's command made it."""
+    return {
+        "task": "Cartpole-Balance", "task_overrides": {}, "seed": 0, "num_envs": 64, "eval_num_envs": 2,
+        "total_env_steps": 4096, "run_dir": str(run_dir), "resume": None, "torch_threads": 1, "sim_threads": 1,
+        "algo": {"name": "ppo", "learning_rate": 0.0003, "gamma": 1.0, "entropy_coef": 0.01, "actor_hidden": [64, 64],
+                 "num_steps": 24},
+        "runner": {"eval_interval": 25, "video": False, "console": False, "tensorboard": False},
+    }
+
+
+def _finished(run_dir: Path, config: Mapping[str, Any] | None, steps: int, sb3: bool = False) -> None:
+    """A run directory that finished ``steps`` env steps, with its checkpoint and config.json."""
+    ckpt = run_dir / ("sb3_checkpoint" if sb3 else "checkpoints")
+    ckpt.mkdir(parents=True)
+    (ckpt / ("model.zip" if sb3 else "ckpt_004096.pt")).write_text("weights")
+    if config is not None:
+        (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / "summary.json").write_text(json.dumps({"env_steps": steps}))
+
+
+def _files(path: Path) -> dict[str, str]:
+    """Every file under ``path`` with its content."""
+    return {str(p.relative_to(path)): p.read_text() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def mine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Table]:
+    """A recipes folder holding ``mine`` (MY_RECIPE), a one-run table of it, and its output folder
+    with that run done by the recipe as it is."""
+    from robolearn.benchmark import table as table_module
+
+    recipes = tmp_path / "experiment"
+    recipes.mkdir()
+    (recipes / "mine.yaml").write_text(MY_RECIPE)
+    monkeypatch.setattr(table_module, "experiments_dir", lambda: recipes)
+    path = tmp_path / "mine_table.yaml"
+    path.write_text(json.dumps({
+        "name": "mine", "seeds": [0], "libs": ["robolearn"], "eval_episodes": 2,
+        "entries": [{"id": "e", "task": "Cartpole-Balance", "algo": "ppo", "experiment": "mine", "env_steps": 4096,
+                     "eval_every": 2048}],
+    }))
+    table = load_table(path, check_tasks=False)
+    out = tmp_path / "out"
+    run = out / "e" / "robolearn" / "seed0"
+    _finished(run, _my_config(run), 4096)
+    (out / "table.json").write_text(json.dumps(table.to_dict()))
+    return recipes, out, table
+
+
+def test_values_are_compared_not_their_spelling() -> None:
+    from robolearn.benchmark.schedule import same_value
+
+    assert same_value(3e-4, 0.0003) and same_value(1, 1.0) and same_value((64, 64), [64, 64])
+    assert same_value({"a": [1, {"b": 2.0}]}, {"a": [1, {"b": 2}]}) and same_value(None, None)
+    assert not same_value(True, 1) and not same_value(0, False)  # JSON and YAML keep booleans apart
+    assert not same_value([64], [64, 64]) and not same_value({"a": 1}, {"a": 1, "b": 1})
+    assert not same_value(0.0003, 0.0004) and not same_value("3e-4", 0.0003)
+
+
+def test_an_unchanged_recipe_is_not_stale_and_its_done_run_is_skipped(
+    mine: tuple[Path, Path, Table], fake: Path
+) -> None:
+    from robolearn.benchmark import table as table_module
+
+    recipes, out, table = mine
+    assert table_module.recipe_settings("mine")["algo.learning_rate"] == 0.0003  # a float, as Hydra reads it
+    run = plan(table, out)[0]
+    assert schedule.recipe_differences(run) == []  # 3e-4 is 0.0003, 1 is 1.0, the benchmark's own keys aside
+    launcher = FakeLauncher(fake)
+    result = run_benchmark(table, out, launcher=launcher)
+    assert launcher.commands == [] and result.stale == [] and result.planned == [(run, RunState.DONE)]
+    # robolearn's PPO has no schedule over total_env_steps: a raised budget resumes the run.
+    bigger = dataclasses.replace(table, entries=(dataclasses.replace(table.entries[0], env_steps=8192),))
+    result = run_benchmark(bigger, out, launcher=launcher)
+    assert result.stale == [] and [r.state for r in result.records] == ["resume"]
+    assert f"resume={run.run_dir}" in launcher.commands[0]
+
+
+def test_a_changed_recipe_value_is_stale_and_refused_before_anything_runs_or_is_written(
+    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipes, out, table = mine
+    (recipes / "mine.yaml").write_text(MY_RECIPE.replace("entropy_coef: 0.01", "entropy_coef: 0.02"))
+    before = _files(out)
+    run_dir = out / "e" / "robolearn" / "seed0"
+    for dry_run in (True, False):
+        launcher = FakeLauncher(fake)
+        with pytest.raises(TableError) as info:
+            run_benchmark(table, out, launcher=launcher, dry_run=dry_run)
+        message = str(info.value)
+        assert f"{run_dir} (done): algo.entropy_coef: was 0.01, now 0.02\n" in message, message
+        assert "learning_rate" not in message and "gamma" not in message and "eval_num_envs" not in message
+        assert "Move those run folders aside, restore the recipe" in message and "rerun_stale=true" in message
+        assert launcher.commands == [] and _files(out) == before  # nothing started, written or moved
+        assert sorted(p.name for p in run_dir.parent.iterdir()) == ["seed0"]
+    # The same through the command line: one error, exit status 2; a bad rerun_stale is named.
+    path = table.source
+    assert benchmark_main(["run", f"table={path}", f"out={out}"]) == 2
+    assert "algo.entropy_coef: was 0.01, now 0.02" in capsys.readouterr().err
+    assert benchmark_main(["run", f"table={path}", f"out={out}", "rerun_stale=maybe"]) == 2
+    assert "rerun_stale='maybe': expected true or false" in capsys.readouterr().err
+    assert _files(out) == before
+
+
+def test_rerun_stale_sets_the_folder_aside_and_starts_the_run_fresh(
+    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipes, out, table = mine
+    (recipes / "mine.yaml").write_text(MY_RECIPE.replace("actor_hidden: [64, 64]", "actor_hidden: [64, 64, 64]"))
+    run_dir = out / "e" / "robolearn" / "seed0"
+    old_files = _files(run_dir)
+    # A dry run lists it as stale and moves nothing.
+    assert benchmark_main(["run", f"table={table.source}", f"out={out}", "dry_run=true", "rerun_stale=true"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[1].split()[3] == "stale" and "1 runs: 0 done, 0 resume, 0 fresh, 1 stale" in printed
+    assert "algo.actor_hidden: was [64, 64], now [64, 64, 64]" in printed and _files(run_dir) == old_files
+
+    launcher = FakeLauncher(fake)
+    result = run_benchmark(table, out, launcher=launcher, rerun_stale=True)
+    assert result.exit_status == 0 and [s.run.run_dir for s in result.stale] == [run_dir]
+    assert result.planned[0][1] is RunState.FRESH and [r.state for r in result.records] == ["fresh"]
+    assert "experiment=mine" in launcher.commands[0] and not any(a.startswith("resume=") for a in launcher.commands[0])
+    assert json.loads((run_dir / "child.json").read_text())["files"] == ["benchmark.log"]  # a new, empty folder
+    aside = [p for p in run_dir.parent.iterdir() if p.name != "seed0"]
+    assert len(aside) == 1 and re.fullmatch(r"seed0\.stale-\d{8}T\d{6}", aside[0].name), aside
+    assert _files(aside[0]) == old_files  # the old run, every file of it, kept
+    assert not (out / ".benchmark.lock").exists()
+    # The new run (the fake child writes no config.json: its recipe is unknown) is done and kept.
+    again = run_benchmark(table, out, launcher=launcher)
+    assert len(launcher.commands) == 1 and again.stale == [] and [r.name for r in again.unknown_recipe] == ["e/robolearn/seed0"]
+    assert _files(aside[0]) == old_files
+
+
+def test_set_aside_names_the_folder_by_utc_time_and_never_overwrites(tmp_path: Path, smoke: Table) -> None:
+    import datetime as dt
+
+    run = plan(smoke, tmp_path / "out")[0]
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    for expected in ("seed0.stale-20260102T030405", "seed0.stale-20260102T030405-1"):
+        run.run_dir.mkdir(parents=True)
+        (run.run_dir / "summary.json").write_text(expected)
+        moved = schedule.set_aside(run, tmp_path / "out", when)
+        assert moved.name == expected and (moved / "summary.json").read_text() == expected
+    with pytest.raises(RuntimeError, match="is not inside"):
+        schedule.set_aside(run, tmp_path / "elsewhere", when)
+
+
+LIN_RECIPE = """# @package _global_
+defaults:
+  - override /algo: ppo
+task: Cartpole-Balance
+task_overrides:
+  episode_length: 20
+"""
+
+
+def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_schedule(
+    tmp_path: Path, fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.benchmark import sb3_run
+    from robolearn.benchmark import table as table_module
+
+    recipes = tmp_path / "experiment"
+    recipes.mkdir()
+    (recipes / "lin.yaml").write_text(LIN_RECIPE)
+    monkeypatch.setattr(table_module, "experiments_dir", lambda: recipes)
+    zoo = {"source": "zoo", "n_envs": 4, "normalize": True,
+           "kwargs": {"n_steps": 32, "gamma": 0.95, "learning_rate": "lin_1e-3"}}
+    spec = {"name": "lin", "seeds": [0], "libs": ["sb3_default", "sb3_zoo"], "eval_episodes": 2, "entries": [
+        {"id": "a", "task": "Cartpole-Balance", "algo": "ppo", "experiment": "lin", "env_steps": 100, "eval_every": 50,
+         "sb3": {"n_envs": 2, "default": {"gamma": 0.9}, "zoo": zoo}}]}
+    table = table_from_dict(spec, "lin")
+    out = tmp_path / "out"
+    runs = {r.lib: r for r in plan(table, out)}
+    for lib, run in runs.items():
+        recorded = sb3_run.parse_args(command(run, table, RunState.FRESH)[3:]).config()  # what sb3_run writes
+        keys = ("sb3_kwargs", "n_envs", "normalize", "task_overrides")
+        assert schedule.sb3_settings(run) == {k: recorded[k] for k in keys}, lib  # the mirror of sb3_run
+        _finished(run.run_dir, recorded, 100, sb3=True)
+    assert json.loads((runs["sb3_zoo"].run_dir / "config.json").read_text())["normalize"] == {"gamma": 0.95}
+    (out / "table.json").write_text(json.dumps(table.to_dict()))
+    launcher = FakeLauncher(fake)
+    assert run_benchmark(table, out, launcher=launcher).stale == [] and launcher.commands == []
+
+    # A raised budget: the lin_ schedule would jump if resumed; the run without one resumes.
+    bigger = table_from_dict({**spec, "entries": [{**spec["entries"][0], "env_steps": 200}]}, "lin")
+    planned = [(r, run_state(r)) for r in plan(bigger, out)]
+    assert [s for _, s in planned] == [RunState.RESUME, RunState.RESUME]
+    stale, unknown = schedule.find_stale(planned)
+    assert unknown == [] and [s.run.lib for s in stale] == ["sb3_zoo"]
+    assert [str(d) for d in stale[0].differences] == [
+        "total_env_steps: was 100, now 200 (sb3_kwargs.learning_rate decays linearly over the budget the run "
+        "started with: continued to another budget the schedule jumps)"]
+    with pytest.raises(TableError, match=r"sb3_zoo/seed0 \(resume\): total_env_steps: was 100, now 200"):
+        run_benchmark(bigger, out, launcher=launcher)
+    assert launcher.commands == []
+    result = run_benchmark(bigger, out, launcher=launcher, libs=["sb3_default"])
+    assert result.stale == [] and [(r.lib, r.state) for r in result.records] == [("sb3_default", "resume")]
+
+    # The recipe's MDP changed: both SB3 runs trained another task than robolearn's now.
+    (recipes / "lin.yaml").write_text(LIN_RECIPE.replace("episode_length: 20", "episode_length: 30"))
+    stale, _ = schedule.find_stale([(r, RunState.DONE) for r in plan(table, out)])
+    assert {s.run.lib: [str(d) for d in s.differences] for s in stale} == {
+        lib: ['task_overrides: was {"episode_length": 20}, now {"episode_length": 30}']
+        for lib in ("sb3_default", "sb3_zoo")}
+
+
+def test_the_report_reads_seed_folders_only_not_those_set_aside(tmp_path: Path, smoke: Table) -> None:
+    from robolearn.benchmark.report import write_report
+    from robolearn.logging import Logger
+
+    out = tmp_path / "out"
+    run = next(r for r in plan(smoke, out) if (r.entry.id, r.lib, r.seed) == ("cartpole_sac", "robolearn", 0))
+    run.run_dir.mkdir(parents=True)
+    with Logger(run.run_dir, tensorboard=False, console=False) as logger:
+        logger.log({"env_steps": 1000.0, "time/train_s": 10.0, "eval/return": 987.0}, step=1000)
+    (run.run_dir / "summary.json").write_text(json.dumps({"env_steps": 1000, "train_time_s": 10.0}))
+    schedule.set_aside(run, out)
+    (out / "table.json").write_text(json.dumps(smoke.to_dict()))
+    page = write_report(smoke.to_dict(), out, tmp_path / "RESULTS.md", tmp_path / "figures", reps=20).read_text()
+    # Read, the run set aside would give cartpole_sac a row with a final return of 987.
+    assert "Not run yet (no finished run of any library): cartpole_ppo, cartpole_sac." in page, page
+    assert "987" not in page
+
+
+def test_runs_as_the_real_commands_record_them_are_not_stale(tmp_path: Path, fake: Path, smoke: Table) -> None:
+    from robolearn.benchmark import sb3_run
+    from robolearn.cli.commands import compose_config, job_train_config
+    from robolearn.cli.config import train_config_to_dict
+
+    out = tmp_path / "out"
+    for run in plan(smoke, out, seeds=[0]):
+        cmd = command(run, smoke, RunState.FRESH)
+        if run.lib == "robolearn":  # config.json as `robolearn train` writes it from the command line
+            config = train_config_to_dict(job_train_config(compose_config("train", cmd[4:]), cmd[4:]))
+        else:
+            config = sb3_run.parse_args(cmd[3:]).config()
+        _finished(run.run_dir, config, run.entry.env_steps, sb3=run.lib != "robolearn")
+    (out / "table.json").write_text(json.dumps(smoke.to_dict()))
+    launcher = FakeLauncher(fake)
+    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0])
+    assert launcher.commands == [] and result.stale == [] and result.unknown_recipe == []
+    assert [s for _, s in result.planned] == [RunState.DONE] * 4
+
+
+def test_recipe_settings_are_what_hydra_composes_for_the_shipped_recipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.benchmark import table
+    from robolearn.benchmark.schedule import same_value
+    from robolearn.cli.commands import compose_config
+
+    # The recipes of the shipped tables, and one spelling a float 3e-5 (a string to PyYAML alone).
+    names = sorted({e.experiment for t in ("smoke", "table") for e in load_table(t, check_tasks=False).entries})
+    assert "reinflow_fork" not in names and "actor_learning_rate: 3e-5" in (table.experiments_dir() / "reinflow_fork.yaml").read_text()
+    for name in [*names, "reinflow_fork"]:
+        composed = compose_config("train", [f"experiment={name}"])
+        for key, value in table.recipe_settings(name).items():
+            here: Any = composed
+            for part in key.split("."):
+                here = here[part]
+            assert same_value(here, value) and isinstance(here, bool) == isinstance(value, bool), (name, key, here, value)
+    # What the reader cannot follow is refused, naming the recipe.
+    with pytest.raises(TableError, match=r"hopper_o2o .*\{'/o2o_method': 'wsrl'\} comes after _self_"):
+        table.recipe_settings("hopper_o2o")
+    recipes = tmp_path / "experiment"
+    recipes.mkdir()
+    monkeypatch.setattr(table, "experiments_dir", lambda: recipes)
+    (recipes / "interp.yaml").write_text("# @package _global_\nrun_dir: runs/${task}\nalgo:\n  gamma: ${x}\n")
+    assert table.recipe_settings("interp")["run_dir"] == "runs/${task}"
+    with pytest.raises(TableError, match=r"interp: algo.gamma: interpolations"):
+        schedule.recipe_wanted("interp")  # run_dir is the benchmark's: its interpolation does not matter
+    (recipes / "nested.yaml").write_text("defaults:\n  - override /algo: sac\nalgo:\n  gamma: 0.5\n")
+    assert table.recipe_settings("nested") == {"task_overrides": {}, "algo.name": "sac"}  # lands under experiment.

@@ -19,6 +19,19 @@ children to stop (they checkpoint); running the same command again resumes them.
 is refused unless the new table is a compatible superset of it (same runs, more of them), so runs of
 different settings never mix in one folder. ``<out>/.benchmark.lock`` keeps a second ``benchmark
 run`` out of a folder while one works in it.
+
+A done or resumable run is **stale** when what made it (its ``config.json``) is not what the table's
+command would give it now (:func:`recipe_differences`): a robolearn run whose recipe
+(``configs/experiment/<name>.yaml``) has changed a setting since, the keys the benchmark sets per run
+(:data:`BENCHMARK_KEYS`) aside; an SB3 run whose kwargs, ``n_envs``, ``normalize`` or task
+overrides have changed, or one with a ``lin_<x>`` schedule whose budget has changed (SB3's linear
+schedules decay over the budget a run starts with: resumed to a raised one, they jump). robolearn's
+own PPO and SAC have no schedule tied to ``total_env_steps``, so their runs resume to a raised
+budget. Skipped or resumed, a stale run would put two recipes on one results page:
+:func:`run_benchmark` refuses the table, listing each stale run and its differences, unless
+``rerun_stale`` is set; then each stale run's folder is renamed ``seed<S>.stale-<UTC time>`` (never
+deleted; the report reads only ``seed<S>``) and the run starts fresh. A done or resumable run
+without a readable ``config.json`` (its recipe is unknown) is kept, with a warning.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import datetime as _dt
 import enum
 import json
 import logging
+import math
 import os
 import platform
 import shutil
@@ -49,6 +63,7 @@ from robolearn.benchmark.table import (
     Entry,
     Table,
     TableError,
+    recipe_settings,
     recipe_task_overrides,
     table_from_dict,
 )
@@ -142,11 +157,17 @@ class BenchmarkResult:
     """What :func:`run_benchmark` did."""
 
     planned: list[tuple[Run, RunState]]
-    """Every selected run with the state it had before anything ran (all of them for a dry run)."""
+    """Every selected run with the state it starts from (all of them for a dry run): the state it had
+    before anything ran, fresh for a stale run set aside (``rerun_stale``)."""
     records: list[RunRecord]
     """The runs executed, in the order they ended."""
     interrupted: bool
     """Stopped by SIGINT/SIGTERM before every run ended."""
+    stale: list[StaleRun] = dataclasses.field(default_factory=list)
+    """Done or resumable runs of another recipe, set aside and rerun (``rerun_stale``; a dry run
+    lists those it would set aside)."""
+    unknown_recipe: list[Run] = dataclasses.field(default_factory=list)
+    """Done or resumable runs without a readable ``config.json``: kept, their recipe unchecked."""
 
     @property
     def stopped(self) -> list[RunRecord]:
@@ -281,13 +302,7 @@ def command(run: Run, table: Table, state: RunState) -> list[str]:
             f"eval_num_envs={table.eval_episodes}", *quiet,
         ]
     # SB3: the same command starts or resumes (sb3_run continues from <out>/sb3_checkpoint itself).
-    if run.lib == "sb3_zoo":
-        zoo = entry.sb3.zoo
-        if zoo is None:
-            raise TableError(f"{run.name}: entry {entry.id} has no sb3.zoo hyperparameters")
-        kwargs, n_envs, normalize = zoo.kwargs, zoo.n_envs, zoo.normalize
-    else:
-        kwargs, n_envs, normalize = entry.sb3.default, entry.sb3.n_envs, False
+    kwargs, n_envs, normalize = _sb3_block(run)
     cmd = [
         sys.executable, "-m", "robolearn.benchmark.sb3_run",
         "--task", entry.task, "--algo", entry.algo, "--lib", run.lib, "--seed", str(run.seed),
@@ -300,6 +315,257 @@ def command(run: Run, table: Table, state: RunState) -> list[str]:
     if overrides:
         cmd += ["--task-overrides", json.dumps(overrides, sort_keys=True)]
     return [*cmd, "--normalize"] if normalize else cmd
+
+
+# -- stale runs ---------------------------------------------------------------------------------
+BENCHMARK_KEYS: frozenset[str] = frozenset({
+    "seed", "run_dir", "resume", "total_env_steps", "eval_num_envs", "runner.video", "runner.console",
+    "runner.tensorboard", "torch_threads", "sim_threads",
+})
+"""Settings of a robolearn run that :func:`command` gives per run, whatever the recipe says: a recipe's
+value for them is not compared with the run's (see :func:`recipe_differences`)."""
+STALE_SUFFIX = ".stale-"
+"""A stale run's folder set aside is ``seed<S>.stale-<UTC yyyymmddThhmmss>`` (:func:`set_aside`)."""
+_ABSENT = object()
+"""A key a run's ``config.json`` does not have."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """One setting of a run that is not what the table's command would give it now."""
+
+    key: str
+    """The setting (``algo.entropy_coef``, ``sb3_kwargs.learning_rate``, ``total_env_steps``)."""
+    was: Any
+    """The run's value (its ``config.json``)."""
+    now: Any
+    """The value the table's command would give it now."""
+    why: str = ""
+    """Why it matters, where that is not obvious."""
+
+    def __str__(self) -> str:
+        """``key: was X, now Y`` (values as JSON), then the reason if any."""
+        text = f"{self.key}: was {_shown(self.was)}, now {_shown(self.now)}"
+        return f"{text} ({self.why})" if self.why else text
+
+
+@dataclasses.dataclass(frozen=True)
+class StaleRun:
+    """A done or resumable run made by another recipe than the table's command gives it now."""
+
+    run: Run
+    """The run."""
+    state: RunState
+    """Its state (done or resume)."""
+    differences: tuple[Difference, ...]
+    """What differs, at least one."""
+
+    def __str__(self) -> str:
+        """The run's directory and state, then its differences."""
+        return f"{self.run.run_dir} ({self.state.value}): {'; '.join(map(str, self.differences))}"
+
+
+def _shown(value: Any) -> str:
+    """A setting's value in a message: JSON (``0.0003``, ``[256, 256]``, ``"fixed"``, ``null``)."""
+    if value is _ABSENT:
+        return "not set"
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two settings are the same value: ``3e-4`` equals ``0.0003`` and ``1`` equals ``1.0``, a
+    tuple equals the list of its items, but ``True`` is not ``1`` (JSON and YAML keep them apart).
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def read_run_config(path: Path) -> dict[str, Any] | None:
+    """``path/config.json`` as a mapping; ``None`` when there is none or it cannot be read as one."""
+    try:
+        data = json.loads((path / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def recipe_wanted(experiment: str) -> dict[str, Any]:
+    """The settings recipe ``experiment`` gives a robolearn run of the benchmark, as dotted keys:
+    :func:`~robolearn.benchmark.table.recipe_settings` less :data:`BENCHMARK_KEYS`.
+
+    Raises:
+        TableError: a recipe the reader cannot follow, or an interpolation (``${...}``) in a
+            compared setting (its value is only known once Hydra resolves it).
+    """
+    wanted = {k: v for k, v in recipe_settings(experiment).items() if k not in BENCHMARK_KEYS}
+    for key, value in wanted.items():
+        if "${" in json.dumps(value):
+            raise TableError(f"experiment {experiment}: {key}: interpolations (${{...}}) are not supported by the "
+                             f"benchmark's recipe check, got {value!r}")
+    return wanted
+
+
+def _lookup(config: Mapping[str, Any], key: str) -> Any:
+    """The value at dotted ``key`` of a run's config (``_ABSENT`` when a part is missing)."""
+    value: Any = config
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _sb3_block(run: Run) -> tuple[dict[str, Any], int, bool]:
+    """The kwargs, ``n_envs`` and ``--normalize`` flag :func:`command` gives an SB3 run."""
+    entry = run.entry
+    if run.lib == "sb3_zoo":
+        zoo = entry.sb3.zoo
+        if zoo is None:
+            raise TableError(f"{run.name}: entry {entry.id} has no sb3.zoo hyperparameters")
+        return zoo.kwargs, zoo.n_envs, zoo.normalize
+    return entry.sb3.default, entry.sb3.n_envs, False
+
+
+def sb3_settings(run: Run) -> dict[str, Any]:
+    """What ``sb3_run`` records in ``config.json`` from :func:`command`'s flags for ``run``:
+    ``sb3_kwargs`` (the kwargs as described, ``lin_<x>`` schedules as text), ``n_envs``,
+    ``normalize`` (the ``VecNormalize`` arguments, or ``None``) and ``task_overrides``.
+
+    Mirrors ``robolearn.benchmark.sb3_run.parse_args`` (not imported: it loads the task registry);
+    a test holds the two together.
+
+    Raises:
+        TableError: kwargs the translation refuses, or a recipe the reader cannot follow.
+    """
+    from robolearn.benchmark.sb3_zoo import ZooError, translate  # SB3 only when the plan has SB3 runs
+
+    kwargs, n_envs, normalize = _sb3_block(run)
+    try:
+        tr = translate(run.entry.algo, kwargs, f"{run.name} kwargs")
+    except ZooError as exc:
+        raise TableError(str(exc)) from None
+    norm = tr.normalize
+    if normalize and norm is None:  # --normalize: VecNormalize with the block's gamma, as sb3_run does
+        gamma = kwargs.get("gamma")
+        norm = {} if gamma is None else {"gamma": float(gamma)}
+    return json.loads(json.dumps({
+        "sb3_kwargs": tr.described, "n_envs": n_envs, "normalize": norm,
+        "task_overrides": recipe_task_overrides(run.entry.experiment),
+    }))
+
+
+def _linear_schedules(kwargs: Mapping[str, Any]) -> list[str]:
+    """The kwargs written as ``lin_<x>`` (SB3 linear schedules over the run's budget)."""
+    return sorted(k for k, v in kwargs.items() if isinstance(v, str) and v.startswith("lin_"))
+
+
+def recipe_differences(run: Run) -> list[Difference] | None:
+    """How ``run``'s ``config.json`` differs from what the table's command would give it now.
+
+    robolearn: every setting the entry's recipe gives (:func:`recipe_wanted`), compared by value with
+    the run's. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
+    ``lin_<x>`` schedule, the run's ``total_env_steps`` with the entry's budget. A run made before
+    sb3_run recorded ``task_overrides`` trained the task as registered (``{}``).
+
+    Returns:
+        The differences (empty: the same recipe), or ``None`` when the run has no readable
+        ``config.json`` (its recipe is unknown).
+
+    Raises:
+        TableError: a recipe or kwargs that cannot be read (see :func:`recipe_wanted`, :func:`sb3_settings`).
+    """
+    config = read_run_config(run.run_dir)
+    if config is None:
+        return None
+    diffs: list[Difference] = []
+    if run.lib == "robolearn":
+        for key, now in sorted(recipe_wanted(run.entry.experiment).items()):
+            was = _lookup(config, key)
+            # config.json leaves out a section that is None (o2o): a recipe's null is the same.
+            if not same_value(None if was is _ABSENT and now is None else was, now):
+                diffs.append(Difference(key, was, now))
+        return diffs
+    want = sb3_settings(run)
+    have = {**config, "task_overrides": config.get("task_overrides", {})}
+    was_kwargs = have.get("sb3_kwargs")
+    if isinstance(was_kwargs, Mapping):
+        for key in sorted(set(was_kwargs) | set(want["sb3_kwargs"])):
+            was, now = was_kwargs.get(key, _ABSENT), want["sb3_kwargs"].get(key, _ABSENT)
+            if not same_value(was, now):
+                diffs.append(Difference(f"sb3_kwargs.{key}", was, now))
+    else:
+        diffs.append(Difference("sb3_kwargs", have.get("sb3_kwargs", _ABSENT), want["sb3_kwargs"]))
+    for key in ("n_envs", "normalize", "task_overrides"):
+        if not same_value(have.get(key, _ABSENT), want[key]):
+            diffs.append(Difference(key, have.get(key, _ABSENT), want[key]))
+    schedules = _linear_schedules(want["sb3_kwargs"])
+    budget = have.get("total_env_steps", _ABSENT)
+    if schedules and not same_value(budget, run.entry.env_steps):
+        diffs.append(Difference(
+            "total_env_steps", budget, run.entry.env_steps,
+            f"{', '.join(f'sb3_kwargs.{k}' for k in schedules)} {'decays' if len(schedules) == 1 else 'decay'} "
+            "linearly over the budget the run started with: continued to another budget the schedule jumps",
+        ))
+    return diffs
+
+
+def find_stale(planned: Sequence[tuple[Run, RunState]]) -> tuple[list[StaleRun], list[Run]]:
+    """The stale runs among the done and resumable ones of ``planned``, and those whose recipe is
+    unknown (no readable ``config.json``: kept, with a warning).
+
+    Raises:
+        TableError: a recipe or kwargs that cannot be read.
+    """
+    stale, unknown = [], []
+    for run, state in planned:
+        if state is RunState.FRESH:
+            continue  # started from scratch anyway
+        diffs = recipe_differences(run)
+        if diffs is None:
+            unknown.append(run)
+        elif diffs:
+            stale.append(StaleRun(run, state, tuple(diffs)))
+    return stale, unknown
+
+
+def stale_error(stale: Sequence[StaleRun], out: Path) -> TableError:
+    """The refusal of a table with stale runs: each run, its differences, and what to do."""
+    listed = "\n".join(f"  {s}" for s in stale)
+    return TableError(
+        f"out={out}: {len(stale)} run(s) were made by another recipe than the table gives them now; skipped or "
+        f"resumed, they would mix two recipes on the results page:\n{listed}\n"
+        "Move those run folders aside, restore the recipe (configs/experiment/<name>.yaml, the entry's sb3 "
+        "settings or its budget), or pass rerun_stale=true (each folder is renamed seed<S>.stale-<UTC time> "
+        "and the run starts fresh)"
+    )
+
+
+def set_aside(run: Run, out: Path, when: _dt.datetime | None = None) -> Path:
+    """Rename a stale run's folder to ``seed<S>.stale-<UTC yyyymmddThhmmss>`` next to it (a ``-1``,
+    ``-2``, ... suffix if that name is taken); return the new path. Nothing is deleted.
+    """
+    path = run.run_dir.resolve()
+    if Path(out).resolve() not in path.parents:  # a guard: never move anything outside the output folder
+        raise RuntimeError(f"{path} is not inside {out}")
+    stamp = (when or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}{STALE_SUFFIX}{stamp}")
+    n = 0
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}{STALE_SUFFIX}{stamp}-{n}")
+    os.rename(path, target)
+    log.warning("%s: stale (%s), set aside as %s; it starts fresh", run.name, run.run_dir, target)
+    return target
 
 
 def check_sb3_kwargs(table: Table, runs: Sequence[Run]) -> None:
@@ -615,6 +881,7 @@ def run_benchmark(
     libs: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
     dry_run: bool = False,
+    rerun_stale: bool = False,
     progress: bool = False,
     launcher: Launcher = launch,
     poll_s: float = 0.2,
@@ -628,37 +895,71 @@ def run_benchmark(
         entries: run only these entry ids (default: all of the table's).
         libs: run only these libraries (default: the table's).
         seeds: run only these seeds (default: the table's).
-        dry_run: only plan: nothing is written or started.
+        dry_run: only plan: nothing is written or started (stale runs are still refused, or listed
+            with ``rerun_stale``).
+        rerun_stale: set each stale run's folder aside (renamed ``seed<S>.stale-<UTC time>``) and
+            run it fresh, instead of refusing the table.
         progress: show a progress bar over the runs on stderr.
         launcher: starts a run's subprocess (:func:`launch`).
         poll_s: seconds between checks of the running subprocesses.
 
     Raises:
         TableError: a filter the table does not have, an output folder of another table, one in
-            use by another ``benchmark run``, or a recipe whose ``task_overrides`` cannot be read
-            (:func:`~robolearn.benchmark.table.recipe_task_overrides`); nothing has run then.
+            use by another ``benchmark run``, a recipe the benchmark cannot read
+            (:func:`~robolearn.benchmark.table.recipe_task_overrides`,
+            :func:`~robolearn.benchmark.table.recipe_settings`), or stale runs without
+            ``rerun_stale`` (:func:`stale_error`); nothing has run or been written then.
     """
     if jobs < 1:
         raise TableError(f"jobs={jobs}: expected an integer >= 1")
     out = Path(out)
     runs = plan(table, out, entries, libs, seeds)
     check_out(table, out)
+    # An unreadable recipe stops the benchmark before any run starts (not when its run is done, on the next call).
     for experiment in sorted({r.entry.experiment for r in runs if r.lib in SB3_LIBS}):
-        recipe_task_overrides(experiment)  # an unreadable recipe stops the benchmark before any run starts
+        recipe_task_overrides(experiment)
+    for experiment in sorted({r.entry.experiment for r in runs if r.lib == "robolearn"}):
+        recipe_wanted(experiment)
     check_sb3_kwargs(table, runs)
     if dry_run:
-        return BenchmarkResult([(r, run_state(r)) for r in runs], [], False)
+        planned = [(r, run_state(r)) for r in runs]
+        stale, unknown = _checked_stale(planned, out, rerun_stale)
+        return BenchmarkResult(_fresh_if_stale(planned, stale), [], False, stale, unknown)
     with out_lock(out) as record_children:
         old = check_out(table, out)  # again under the lock: another process may have written it meanwhile
+        planned = [(r, run_state(r)) for r in runs]
+        stale, unknown = _checked_stale(planned, out, rerun_stale)  # before anything is written
         if old != table.to_dict():
             write_table(table, out)
-        planned = [(r, run_state(r)) for r in runs]
+        when = _dt.datetime.now(_dt.timezone.utc)
+        for item in stale:  # all before any run starts: an interrupt leaves no stale run behind
+            set_aside(item.run, out, when)
+        planned = _fresh_if_stale(planned, stale)
         todo = [(r, s) for r, s in planned if s is not RunState.DONE]
         where = provenance() if todo else {}
         records, interrupted = _execute(
             table, out, todo, len(planned), jobs, progress, launcher, poll_s, where, record_children
         )
-    return BenchmarkResult(planned, records, interrupted)
+    return BenchmarkResult(planned, records, interrupted, stale, unknown)
+
+
+def _checked_stale(
+    planned: Sequence[tuple[Run, RunState]], out: Path, rerun_stale: bool
+) -> tuple[list[StaleRun], list[Run]]:
+    """:func:`find_stale`, refusing stale runs unless ``rerun_stale``; warns of the unknown recipes."""
+    stale, unknown = find_stale(planned)
+    if stale and not rerun_stale:
+        raise stale_error(stale, out)
+    for run in unknown:
+        log.warning("%s: %s has no readable config.json: its recipe is unknown, so it is kept as it is",
+                    run.name, run.run_dir)
+    return stale, unknown
+
+
+def _fresh_if_stale(planned: Sequence[tuple[Run, RunState]], stale: Sequence[StaleRun]) -> list[tuple[Run, RunState]]:
+    """``planned`` with each stale run fresh (its folder set aside)."""
+    aside = {s.run.run_dir for s in stale}
+    return [(r, RunState.FRESH if r.run_dir in aside else s) for r, s in planned]
 
 
 @dataclasses.dataclass
@@ -813,18 +1114,29 @@ class _Signals:
 
 
 __all__ = [
+    "BENCHMARK_KEYS",
     "BenchmarkResult",
+    "Difference",
     "Run",
     "RunRecord",
     "RunState",
+    "StaleRun",
     "check_out",
     "check_sb3_kwargs",
     "command",
+    "find_stale",
     "launch",
     "plan",
     "provenance",
+    "read_run_config",
+    "recipe_differences",
+    "recipe_wanted",
     "run_benchmark",
     "run_dir",
     "run_state",
+    "same_value",
+    "sb3_settings",
+    "set_aside",
+    "stale_error",
     "table_problems",
 ]

@@ -25,6 +25,12 @@ The spec (issue 17's contract)::
 
 :meth:`Table.to_dict` gives the same mapping back (what ``<out>/table.json`` holds) and
 :func:`table_from_dict` reads it again.
+
+The benchmark also reads robolearn's recipes (``configs/experiment/<name>.yaml``) as Hydra composes
+them, without Hydra: :func:`recipe_task_overrides` (the MDP the SB3 side must train) and
+:func:`recipe_settings` (every setting a recipe gives ``robolearn train``, which the schedule compares
+with a finished run's ``config.json`` to find runs of an older recipe). Numbers are read as OmegaConf
+reads them (``3e-4`` and ``1e6`` are floats, not the strings of PyYAML's YAML 1.1 rules).
 """
 
 from __future__ import annotations
@@ -395,23 +401,33 @@ PACKAGE_HEADER = re.compile(r"^#\s*@package\s+(\S+)\s*$")
 """A Hydra package header line (``# @package _global_``)."""
 
 
-def recipe_task_overrides(experiment: str) -> dict[str, Any]:
-    """The ``task_overrides`` a recipe gives ``robolearn train`` (``{}`` when it sets none).
+class RecipeLoader(yaml.SafeLoader):
+    """YAML read as OmegaConf (so Hydra) reads a recipe: ``3e-4``, ``1e6`` and ``-2E+2`` are floats.
 
-    Read from ``configs/experiment/<experiment>.yaml`` as Hydra composes it, without Hydra (this
-    package may not import it): a ``# @package _global_`` file sets the root's ``task_overrides``;
-    a file without that header lands under ``experiment.`` and sets none. What this reader cannot
-    follow (another package, a defaults entry pulling in more recipes, an interpolation) is refused,
-    so the SB3 side never trains another MDP than robolearn's by accident.
+    PyYAML follows YAML 1.1, where a float needs a dot and a signed exponent, so it reads ``3e-4``
+    as the string ``'3e-4'``; ``robolearn train`` gets ``0.0003`` from the same line.
+    """
+
+
+# Tried after SafeLoader's own int and float patterns (implicit resolvers are tried in order).
+RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _read_recipe(experiment: str) -> tuple[Mapping[str, Any], str, str]:
+    """A recipe's mapping, its Hydra package (``_global_`` or ``experiment``) and its name for messages.
 
     Raises:
-        TableError: the recipe is missing or unreadable, or uses what the reader cannot follow.
+        TableError: the recipe is missing or unreadable, names another package, or pulls in another recipe.
     """
     path = experiments_dir() / f"{experiment}.yaml"
     where = f"experiment {experiment} ({path})"
     try:
         text = path.read_text()
-        recipe = yaml.safe_load(text) or {}
+        recipe = yaml.load(text, Loader=RecipeLoader) or {}  # noqa: S506 - a SafeLoader subclass
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise TableError(f"{where}: cannot be read as YAML ({exc})") from None
     if not isinstance(recipe, Mapping):
@@ -429,7 +445,23 @@ def recipe_task_overrides(experiment: str) -> dict[str, Any]:
         names = [str(k) for k in item] if isinstance(item, Mapping) else [str(item)]
         if any("experiment" in name for name in names):
             raise TableError(f"{where}: defaults entry {item!r} pulls in another recipe; the benchmark reads "
-                             "task_overrides from the recipe file itself (inline them)")
+                             "the recipe file itself (inline them)")
+    return recipe, package, where
+
+
+def recipe_task_overrides(experiment: str) -> dict[str, Any]:
+    """The ``task_overrides`` a recipe gives ``robolearn train`` (``{}`` when it sets none).
+
+    Read from ``configs/experiment/<experiment>.yaml`` as Hydra composes it, without Hydra (this
+    package may not import it): a ``# @package _global_`` file sets the root's ``task_overrides``;
+    a file without that header lands under ``experiment.`` and sets none. What this reader cannot
+    follow (another package, a defaults entry pulling in more recipes, an interpolation) is refused,
+    so the SB3 side never trains another MDP than robolearn's by accident.
+
+    Raises:
+        TableError: the recipe is missing or unreadable, or uses what the reader cannot follow.
+    """
+    recipe, package, where = _read_recipe(experiment)
     overrides = recipe.get("task_overrides") if package == "_global_" else None
     if overrides is None:
         return {}
@@ -440,13 +472,71 @@ def recipe_task_overrides(experiment: str) -> dict[str, Any]:
     return json.loads(json.dumps(overrides))  # plain dicts, lists and scalars
 
 
+NOT_SETTINGS: frozenset[str] = frozenset({"defaults", "hydra", "task_overrides"})
+"""Top-level keys of a recipe that :func:`recipe_settings` does not flatten: Hydra's own, and
+``task_overrides`` (compared whole: a removed override matters as much as a changed one)."""
+
+
+def recipe_settings(experiment: str) -> dict[str, Any]:
+    """Every setting a recipe gives ``robolearn train``, as dotted keys of its ``config.json``.
+
+    Nested keys are flattened (``algo: {learning_rate: 3e-4}`` is ``algo.learning_rate: 0.0003``;
+    an empty mapping stays one value), the algorithm the ``defaults`` list picks is ``algo.name``,
+    and ``task_overrides`` is one value, ``{}`` when the recipe sets none (:func:`recipe_task_overrides`).
+    A recipe without the ``_global_`` header sets nothing but its algorithm (Hydra puts its keys
+    under ``experiment.``). A key the recipe leaves out (a default of ``robolearn train``) is not
+    here; an interpolation stays its text (``${...}``), for the caller to refuse where it matters.
+
+    Raises:
+        TableError: what :func:`recipe_task_overrides` refuses, or a ``defaults`` entry after
+            ``_self_`` other than the algorithm (that group may override the recipe's own settings,
+            which this reader does not follow).
+    """
+    recipe, package, where = _read_recipe(experiment)
+    defaults = list(recipe.get("defaults") or [])
+    if "_self_" in defaults:
+        later = [item for item in defaults[defaults.index("_self_") + 1:] if _algo_choice(item) is None]
+        if later:
+            raise TableError(f"{where}: defaults entry {later[0]!r} comes after _self_ and may override the "
+                             "recipe's settings; the benchmark compares runs with the recipe file itself "
+                             "(put _self_ last)")
+    settings: dict[str, Any] = {}
+    if package == "_global_":
+        settings.update(_flatten({k: v for k, v in recipe.items() if k not in NOT_SETTINGS}))
+    settings["task_overrides"] = recipe_task_overrides(experiment)
+    algo = _recipe_algo(recipe)
+    if algo is not None:
+        settings["algo.name"] = algo
+    return json.loads(json.dumps(settings, default=str))  # plain dicts, lists and scalars, as config.json's
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys; an empty mapping, a list or a scalar is one value."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def _algo_choice(item: Any) -> str | None:
+    """The algorithm a ``defaults`` entry picks (``override /algo: sac``), else ``None``."""
+    if isinstance(item, Mapping):
+        for key, value in item.items():
+            if str(key).split()[-1].strip("/") == "algo":
+                return str(value)
+    return None
+
+
 def _recipe_algo(recipe: Mapping[str, Any]) -> str | None:
     """The algorithm a recipe picks (``defaults: [override /algo: sac]``), if it picks one."""
     for item in recipe.get("defaults") or []:
-        if isinstance(item, Mapping):
-            for key, value in item.items():
-                if str(key).split()[-1].strip("/") == "algo":
-                    return str(value)
+        algo = _algo_choice(item)
+        if algo is not None:
+            return algo
     return None
 
 
@@ -472,7 +562,9 @@ __all__ = [
     "TableError",
     "ZooHyperparams",
     "ZooReference",
+    "RecipeLoader",
     "load_table",
+    "recipe_settings",
     "recipe_task_overrides",
     "resolve_table_path",
     "table_from_dict",

@@ -1,10 +1,14 @@
 """``robolearn benchmark run | report``: a benchmark table's runs, and its results page.
 
 ``robolearn benchmark run table=<name|path> out=<dir> [jobs=N] [entries=a,b] [libs=l1,l2] [seeds=0,1]
-[dry_run=true]`` runs every (entry, library, seed) of the table that is not done yet
+[dry_run=true] [rerun_stale=true]`` runs every (entry, library, seed) of the table that is not done yet
 (:mod:`robolearn.benchmark.schedule`): interrupted runs resume, finished ones are skipped, so the
 same command continues a table after an interruption. ``dry_run=true`` lists the plan with each
-run's state and runs nothing.
+run's state and runs nothing. A finished or interrupted run whose recipe has changed since (its
+``config.json`` differs from what the table's command gives it now: a recipe setting, the SB3
+kwargs, a raised budget under a ``lin_`` schedule) is stale: the command refuses the table and lists
+them, unless ``rerun_stale=true``, which renames each stale run's folder ``seed<S>.stale-<UTC time>``
+(nothing is deleted) and runs it fresh.
 
 ``robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]`` writes the
 results page from the run directories and ``<out>/table.json`` (:mod:`robolearn.benchmark.report`).
@@ -28,11 +32,13 @@ from robolearn.utils.config import ConfigError
 
 USAGE = """\
 usage: robolearn benchmark run table=<name|path> out=<dir> [jobs=1] [entries=a,b] [libs=robolearn,sb3_default]
-                               [seeds=0,1] [dry_run=false]
+                               [seeds=0,1] [dry_run=false] [rerun_stale=false]
        robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]
 
 run     train every (entry, library, seed) of a table that is not done yet, `jobs` at a time, one
-        thread each; finished runs are skipped and interrupted ones resumed (run it again to continue)
+        thread each; finished runs are skipped and interrupted ones resumed (run it again to continue);
+        runs of a recipe changed since (stale) are refused, or with rerun_stale=true renamed
+        seed<S>.stale-<UTC time> and run afresh
 report  write the results page (markdown + PNG curves) from the run directories of <out>
 
 tables shipped: {tables}"""
@@ -45,6 +51,8 @@ RUN_KEYS: dict[str, str] = {
     "libs": "comma-separated libraries (default: the table's)",
     "seeds": "comma-separated seeds (default: the table's)",
     "dry_run": "true: list the runs and their states, run nothing",
+    "rerun_stale": "true: rename the folders of runs whose recipe changed since (seed<S>.stale-<UTC time>) "
+                   "and run them afresh; default false: refuse the table and list them",
 }
 """Settings of ``benchmark run``."""
 REPORT_KEYS: dict[str, str] = {
@@ -110,10 +118,11 @@ def run_command(settings: dict[str, str]) -> int:
     table_arg, out = _required(settings, "table", "run"), Path(_required(settings, "out", "run"))
     jobs = _integer("jobs", settings.get("jobs", "1"), minimum=1)
     dry_run = _boolean("dry_run", settings.get("dry_run", "false"))
+    rerun_stale = _boolean("rerun_stale", settings.get("rerun_stale", "false"))
     seeds = [_integer("seeds", s, minimum=0) for s in _items(settings, "seeds")] if "seeds" in settings else None
     table = load_table(table_arg)
     result = run_benchmark(
-        table, out, jobs=jobs, dry_run=dry_run, progress=not dry_run, seeds=seeds,
+        table, out, jobs=jobs, dry_run=dry_run, rerun_stale=rerun_stale, progress=not dry_run, seeds=seeds,
         entries=_items(settings, "entries") if "entries" in settings else None,
         libs=_items(settings, "libs") if "libs" in settings else None,
     )
@@ -149,14 +158,20 @@ def report_command(settings: dict[str, str]) -> int:
 
 
 def _print_plan(result: BenchmarkResult) -> None:
-    """The dry run's table: every run with its state and directory."""
-    rows = [(r.entry.id, r.lib, str(r.seed), s.value, str(r.run_dir)) for r, s in result.planned]
+    """The dry run's table: every run with its state and directory (``stale``: set aside, then fresh)."""
+    stale = {s.run.run_dir: s for s in result.stale}
+    rows = [(r.entry.id, r.lib, str(r.seed), "stale" if r.run_dir in stale else s.value, str(r.run_dir))
+            for r, s in result.planned]
     header = ("entry", "lib", "seed", "state", "run dir")
     widths = [max(len(x) for x in column) for column in zip(header, *rows, strict=True)]
     for row in (header, *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    counts = {state: sum(1 for _, s in result.planned if s is state) for state in RunState}
-    print(f"{len(result.planned)} runs: " + ", ".join(f"{n} {state.value}" for state, n in counts.items()))
+    counts = {state: sum(1 for r, s in result.planned if s is state and r.run_dir not in stale) for state in RunState}
+    print(f"{len(result.planned)} runs: " + ", ".join(f"{n} {state.value}" for state, n in counts.items())
+          + (f", {len(stale)} stale (set aside as seed<S>.stale-<UTC time>, then fresh)" if stale else ""))
+    for item in result.stale:
+        print(f"stale: {item}")
+    _print_unknown(result)
 
 
 def _print_outcome(result: BenchmarkResult, out: Path) -> int:
@@ -165,6 +180,9 @@ def _print_outcome(result: BenchmarkResult, out: Path) -> int:
     stopped = f", {len(result.stopped)} stopped by the interrupt" if result.interrupted else ""
     print(f"{len(result.records)} runs executed, {skipped} already done, {len(result.failed)} failed{stopped} "
           f"({out / 'runs.jsonl'})")
+    for item in result.stale:
+        print(f"rerun (stale, its folder set aside as {item.run.run_dir.name}.stale-<UTC time>): {item}")
+    _print_unknown(result)
     for record in result.failed:
         print(f"failed: {record.entry}/{record.lib}/seed{record.seed} exited with {record.returncode}; "
               f"see {Path(record.run_dir) / 'benchmark.log'}", file=sys.stderr)
@@ -172,6 +190,13 @@ def _print_outcome(result: BenchmarkResult, out: Path) -> int:
         # The stopped runs are not failures: they continue from their last checkpoint.
         print("interrupted: run the same command again to resume", file=sys.stderr)
     return result.exit_status
+
+
+def _print_unknown(result: BenchmarkResult) -> None:
+    """One line for the done or resumable runs without a readable config.json (kept, recipe unchecked)."""
+    if result.unknown_recipe:
+        names = ", ".join(r.name for r in result.unknown_recipe)
+        print(f"warning: unknown recipe (no readable config.json), kept as they are: {names}", file=sys.stderr)
 
 
 def _writable_folder(key: str, value: Path, folder: Path) -> None:
