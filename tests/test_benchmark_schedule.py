@@ -981,3 +981,25 @@ def test_recipe_settings_are_what_hydra_composes_for_the_shipped_recipes(
         schedule.recipe_wanted("interp")  # run_dir is the benchmark's: its interpolation does not matter
     (recipes / "nested.yaml").write_text("defaults:\n  - override /algo: sac\nalgo:\n  gamma: 0.5\n")
     assert table.recipe_settings("nested") == {"task_overrides": {}, "algo.name": "sac"}  # lands under experiment.
+
+
+def test_a_listed_child_is_recognised_by_its_whole_run_dir_argument_not_a_prefix_of_another(tmp_path: Path) -> None:
+    # seed1's leftover check must not take seed10's live run (or the reverse) for its own.
+    seed10 = str(tmp_path / "e" / "robolearn" / "seed10")
+    sleeper = "import time; time.sleep(30)"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", sleeper, f"run_dir={seed10}"]),
+        subprocess.Popen([sys.executable, "-c", sleeper, "--out", seed10]),
+    ]
+    try:
+        for proc in procs:
+            # Right after exec the kernel shows an empty command line for a moment: wait for the real one.
+            _wait_for(lambda pid=proc.pid: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(sys.executable.encode()),
+                      "the sleeper's command line")
+            assert schedule._runs_in(proc.pid, seed10)
+            assert not schedule._runs_in(proc.pid, seed10[:-1])  # .../seed1
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert not schedule._runs_in(procs[0].pid, seed10)  # exited: not running any run

@@ -845,10 +845,12 @@ def _runs_in(pid: int, run_dir: str) -> bool:
     if not _alive(pid):
         return False
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return True  # no /proc to tell: an alive pid is taken for the run
-    return run_dir in cmdline
+    # Whole arguments, not a substring of the command line: seed1's run must not match seed10's
+    # (robolearn passes run_dir=<dir> or resume=<dir>, sb3_run --out <dir>).
+    return any(arg == run_dir or arg.endswith(f"={run_dir}") for arg in args)
 
 
 def _alive(pid: int) -> bool:
