@@ -393,10 +393,11 @@ def test_another_tables_folder_is_refused_a_superset_accepted(tmp_path: Path, fa
     out = tmp_path / "out"
     assert run_benchmark(smoke, out, launcher=FakeLauncher(fake), seeds=[0], entries=["cartpole_sac"]).exit_status == 0
     ppo = smoke.entry("cartpole_ppo")
-    changed = dataclasses.replace(ppo, sb3=dataclasses.replace(ppo.sb3, default={"n_steps": 64}))
+    # (An entry's sb3 block may change: the stale guard compares each SB3 run's own config.json.)
+    changed = dataclasses.replace(ppo, task="Cartpole-Swingup")
     sac = smoke.entry("cartpole_sac")
     for bad, reason in [
-        (dataclasses.replace(smoke, name="other", entries=(changed, sac)), "entry cartpole_ppo: sb3 was"),
+        (dataclasses.replace(smoke, name="other", entries=(changed, sac)), "entry cartpole_ppo: task was"),
         (dataclasses.replace(smoke, entries=(ppo, dataclasses.replace(sac, experiment="cartpole_ppo"))),
          "entry cartpole_sac: experiment was 'cartpole_sac', now 'cartpole_ppo'"),
         (dataclasses.replace(smoke, entries=(ppo, dataclasses.replace(sac, env_steps=500))),
@@ -786,9 +787,13 @@ def test_an_unchanged_recipe_is_not_stale_and_its_done_run_is_skipped(
 
 
 def test_a_changed_recipe_value_is_stale_and_refused_before_anything_runs_or_is_written(
-    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str]
+    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from robolearn.cli import benchmark as cli_benchmark
+
     recipes, out, table = mine
+    # Hydra cannot find the recipe of a tmp folder: the command line compares with the recipe file here.
+    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)
     (recipes / "mine.yaml").write_text(MY_RECIPE.replace("entropy_coef: 0.01", "entropy_coef: 0.02"))
     before = _files(out)
     run_dir = out / "e" / "robolearn" / "seed0"
@@ -812,9 +817,12 @@ def test_a_changed_recipe_value_is_stale_and_refused_before_anything_runs_or_is_
 
 
 def test_rerun_stale_sets_the_folder_aside_and_starts_the_run_fresh(
-    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str]
+    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from robolearn.cli import benchmark as cli_benchmark
+
     recipes, out, table = mine
+    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)  # a tmp recipe: the recipe-file comparison
     (recipes / "mine.yaml").write_text(MY_RECIPE.replace("actor_hidden: [64, 64]", "actor_hidden: [64, 64, 64]"))
     run_dir = out / "e" / "robolearn" / "seed0"
     old_files = _files(run_dir)
@@ -833,6 +841,9 @@ def test_rerun_stale_sets_the_folder_aside_and_starts_the_run_fresh(
     aside = [p for p in run_dir.parent.iterdir() if p.name != "seed0"]
     assert len(aside) == 1 and re.fullmatch(r"seed0\.stale-\d{8}T\d{6}", aside[0].name), aside
     assert _files(aside[0]) == old_files  # the old run, every file of it, kept
+    assert result.aside == {run_dir: aside[0]}
+    assert cli_benchmark._print_outcome(result, out) == 0  # the real new folder, not a placeholder
+    assert f"rerun (stale, its folder set aside as {aside[0]}): {run_dir} (done)" in capsys.readouterr().out
     assert not (out / ".benchmark.lock").exists()
     # The new run (the fake child writes no config.json: its recipe is unknown) is done and kept.
     again = run_benchmark(table, out, launcher=launcher)
@@ -850,8 +861,18 @@ def test_set_aside_names_the_folder_by_utc_time_and_never_overwrites(tmp_path: P
         (run.run_dir / "summary.json").write_text(expected)
         moved = schedule.set_aside(run, tmp_path / "out", when)
         assert moved.name == expected and (moved / "summary.json").read_text() == expected
-    with pytest.raises(RuntimeError, match="is not inside"):
+    with pytest.raises(TableError, match=r"cartpole_ppo/robolearn/seed0: .* is not inside out="):
         schedule.set_aside(run, tmp_path / "elsewhere", when)
+    # A time of another zone is named in UTC (03:04:05 at UTC+2 is 01:04:05 UTC).
+    run.run_dir.mkdir(parents=True)
+    later = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert schedule.set_aside(run, tmp_path / "out", later).name == "seed0.stale-20260102T010405"
+    # Every target is checked before any folder moves: one that cannot be set aside moves none.
+    first, second = plan(smoke, tmp_path / "out")[:2]
+    first.run_dir.mkdir(parents=True)
+    with pytest.raises(TableError, match=rf"{second.name}: .* is not a folder"):
+        schedule.set_aside_all([(first, schedule.STALE_SUFFIX), (second, schedule.STALE_SUFFIX)], tmp_path / "out", when)
+    assert first.run_dir.is_dir()
 
 
 LIN_RECIPE = """# @package _global_

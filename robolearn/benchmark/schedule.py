@@ -21,17 +21,22 @@ different settings never mix in one folder. ``<out>/.benchmark.lock`` keeps a se
 run`` out of a folder while one works in it.
 
 A done or resumable run is **stale** when what made it (its ``config.json``) is not what the table's
-command would give it now (:func:`recipe_differences`): a robolearn run whose recipe
-(``configs/experiment/<name>.yaml``) has changed a setting since, the keys the benchmark sets per run
-(:data:`BENCHMARK_KEYS`) aside; an SB3 run whose kwargs, ``n_envs``, ``normalize`` or task
+command would give it now (:func:`recipe_differences`): a robolearn run whose whole config differs
+from what its fresh command composes now (``robolearn benchmark`` composes it with Hydra and passes
+it in, :data:`ComposedConfig`; so a recipe line deleted or a default changed counts too), the keys
+the benchmark sets per run (:data:`BENCHMARK_KEYS`) and those that do not change training
+(:data:`NOT_TRAINING_KEYS`) aside; an SB3 run whose kwargs, ``n_envs``, ``normalize`` or task
 overrides have changed, or one with a ``lin_<x>`` schedule whose budget has changed (SB3's linear
 schedules decay over the budget a run starts with: resumed to a raised one, they jump). robolearn's
 own PPO and SAC have no schedule tied to ``total_env_steps``, so their runs resume to a raised
 budget. Skipped or resumed, a stale run would put two recipes on one results page:
-:func:`run_benchmark` refuses the table, listing each stale run and its differences, unless
-``rerun_stale`` is set; then each stale run's folder is renamed ``seed<S>.stale-<UTC time>`` (never
-deleted; the report reads only ``seed<S>``) and the run starts fresh. A done or resumable run
-without a readable ``config.json`` (its recipe is unknown) is kept, with a warning.
+:func:`run_benchmark` checks every run of the table and refuses it when a selected run is stale,
+listing each and its differences, unless ``rerun_stale`` is set; then each stale run's folder is
+renamed ``seed<S>.stale-<UTC time>`` (never deleted; the report reads only ``seed<S>``) and the run
+starts fresh. A stale run outside the selection is left as it is, with a warning (the report leaves
+it out). A done or resumable run without a readable ``config.json`` (its recipe is unknown) is kept,
+with a warning. A run that finished short of a raised budget and has no checkpoint to resume from is
+set aside as ``seed<S>.short-<UTC time>`` before it starts again: a finished result is never deleted.
 """
 
 from __future__ import annotations
@@ -168,6 +173,14 @@ class BenchmarkResult:
     lists those it would set aside)."""
     unknown_recipe: list[Run] = dataclasses.field(default_factory=list)
     """Done or resumable runs without a readable ``config.json``: kept, their recipe unchecked."""
+    stale_elsewhere: list[StaleRun] = dataclasses.field(default_factory=list)
+    """Stale runs of the table outside the selected ones (``entries``/``libs``/``seeds``): left as
+    they are, with a warning (the report leaves them out)."""
+    short: list[Run] = dataclasses.field(default_factory=list)
+    """Selected runs that finished short of a raised budget without a checkpoint to resume from: set
+    aside (``seed<S>.short-<UTC time>``) and run fresh (a dry run lists those it would set aside)."""
+    aside: dict[Path, Path] = dataclasses.field(default_factory=dict)
+    """Each folder set aside (a stale or short run's ``seed<S>``) and where it went; empty for a dry run."""
 
     @property
     def stopped(self) -> list[RunRecord]:
@@ -324,8 +337,30 @@ BENCHMARK_KEYS: frozenset[str] = frozenset({
 })
 """Settings of a robolearn run that :func:`command` gives per run, whatever the recipe says: a recipe's
 value for them is not compared with the run's (see :func:`recipe_differences`)."""
+NOT_TRAINING_KEYS: frozenset[str] = frozenset({
+    "overwrite", "runner.overwrite", "runner.checkpoint_interval", "runner.keep_checkpoints", "runner.console",
+    "runner.tensorboard", "runner.video",
+})
+"""Settings of a robolearn run that do not change what it learns or the returns it reports, so a run
+that differs only in them is not stale: whether an existing run dir may be overwritten, how often
+checkpoints are written and how many are kept (a resumed run restarts from the same state either way),
+console and TensorBoard output. Besides these, every key whose last part starts with ``video``
+(``runner.video_size``, ``runner.video_camera``: only the rendered clip changes), in any section
+(:func:`not_compared`)."""
+WHOLE_KEYS: frozenset[str] = frozenset({"task_overrides", "sim_options"})
+"""Mappings of a run's config compared as one value (an override removed matters as much as one changed)."""
 STALE_SUFFIX = ".stale-"
 """A stale run's folder set aside is ``seed<S>.stale-<UTC yyyymmddThhmmss>`` (:func:`set_aside`)."""
+SHORT_SUFFIX = ".short-"
+"""A finished run that cannot reach a raised budget (no checkpoint to resume from) is set aside as
+``seed<S>.short-<UTC yyyymmddThhmmss>``: it is not stale (its recipe may be the table's), it is a
+finished result of a smaller budget, kept rather than deleted before the run starts again."""
+ComposedConfig = Callable[[Run], Mapping[str, Any]]
+"""The whole ``config.json`` a robolearn run would get now from the table's fresh command (what
+``robolearn train`` composes: the recipe, its defaults, the algorithm's and runner's defaults).
+``robolearn benchmark`` passes one that composes with Hydra (:mod:`robolearn.cli.benchmark`); this
+package may not import Hydra, so without one a run is compared with its recipe file only
+(:func:`recipe_wanted`)."""
 _ABSENT = object()
 """A key a run's ``config.json`` does not have."""
 
@@ -382,7 +417,9 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b or (math.isnan(a) and math.isnan(b))
+        # Python compares an int with a float exactly (10**400 == 1.0 is False, no overflow); only
+        # floats can be NaN, and math.isnan(10**400) would raise OverflowError.
+        return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -401,18 +438,40 @@ def read_run_config(path: Path) -> dict[str, Any] | None:
 
 def recipe_wanted(experiment: str) -> dict[str, Any]:
     """The settings recipe ``experiment`` gives a robolearn run of the benchmark, as dotted keys:
-    :func:`~robolearn.benchmark.table.recipe_settings` less :data:`BENCHMARK_KEYS`.
+    :func:`~robolearn.benchmark.table.recipe_settings` less those not compared (:func:`not_compared`).
 
     Raises:
         TableError: a recipe the reader cannot follow, or an interpolation (``${...}``) in a
             compared setting (its value is only known once Hydra resolves it).
     """
-    wanted = {k: v for k, v in recipe_settings(experiment).items() if k not in BENCHMARK_KEYS}
+    wanted = {k: v for k, v in recipe_settings(experiment).items() if not not_compared(k)}
     for key, value in wanted.items():
         if "${" in json.dumps(value):
             raise TableError(f"experiment {experiment}: {key}: interpolations (${{...}}) are not supported by the "
                              f"benchmark's recipe check, got {value!r}")
     return wanted
+
+
+def not_compared(key: str) -> bool:
+    """Whether dotted ``key`` of a robolearn run's config is left out of the stale comparison: the
+    benchmark sets it per run (:data:`BENCHMARK_KEYS`) or it does not change training
+    (:data:`NOT_TRAINING_KEYS`, any ``...video*`` key).
+    """
+    return key in BENCHMARK_KEYS or key in NOT_TRAINING_KEYS or key.rsplit(".", 1)[-1].startswith("video")
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A run's config as dotted keys (``algo.learning_rate``); an empty mapping, a list, a scalar and
+    the mappings of :data:`WHOLE_KEYS` are one value each.
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value and name not in WHOLE_KEYS:
+            out.update(flat_config(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
 
 
 def _lookup(config: Mapping[str, Any], key: str) -> Any:
@@ -469,11 +528,14 @@ def _linear_schedules(kwargs: Mapping[str, Any]) -> list[str]:
     return sorted(k for k, v in kwargs.items() if isinstance(v, str) and v.startswith("lin_"))
 
 
-def recipe_differences(run: Run) -> list[Difference] | None:
+def recipe_differences(run: Run, composed: ComposedConfig | None = None) -> list[Difference] | None:
     """How ``run``'s ``config.json`` differs from what the table's command would give it now.
 
-    robolearn: every setting the entry's recipe gives (:func:`recipe_wanted`), compared by value with
-    the run's. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
+    robolearn, with ``composed``: the run's whole config against the whole config the fresh command
+    composes now, key by key both ways, so a recipe line deleted or a default changed (in the
+    algorithm's dataclass or ``configs/algo/*.yaml``) is found too; the keys of :func:`not_compared`
+    aside. Without ``composed`` (a library caller without Hydra): every setting the entry's recipe
+    file gives (:func:`recipe_wanted`), compared by value with the run's. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
     ``lin_<x>`` schedule, the run's ``total_env_steps`` with the entry's budget. A run made before
     sb3_run recorded ``task_overrides`` trained the task as registered (``{}``).
 
@@ -482,12 +544,23 @@ def recipe_differences(run: Run) -> list[Difference] | None:
         ``config.json`` (its recipe is unknown).
 
     Raises:
-        TableError: a recipe or kwargs that cannot be read (see :func:`recipe_wanted`, :func:`sb3_settings`).
+        TableError: a recipe or kwargs that cannot be read (see :func:`recipe_wanted`, :func:`sb3_settings`),
+            or one ``composed`` cannot compose.
     """
     config = read_run_config(run.run_dir)
     if config is None:
         return None
     diffs: list[Difference] = []
+    if run.lib == "robolearn" and composed is not None:
+        have, want = flat_config(config), flat_config(composed(run))
+        for key in sorted(set(have) | set(want)):
+            if not_compared(key):
+                continue
+            was, now = have.get(key, _ABSENT), want.get(key, _ABSENT)
+            # config.json leaves out a section that is None (o2o): not set and null are the same.
+            if not same_value(None if was is _ABSENT else was, None if now is _ABSENT else now):
+                diffs.append(Difference(key, was, now))
+        return diffs
     if run.lib == "robolearn":
         for key, now in sorted(recipe_wanted(run.entry.experiment).items()):
             was = _lookup(config, key)
@@ -519,18 +592,21 @@ def recipe_differences(run: Run) -> list[Difference] | None:
     return diffs
 
 
-def find_stale(planned: Sequence[tuple[Run, RunState]]) -> tuple[list[StaleRun], list[Run]]:
+def find_stale(
+    planned: Sequence[tuple[Run, RunState]], composed: ComposedConfig | None = None
+) -> tuple[list[StaleRun], list[Run]]:
     """The stale runs among the done and resumable ones of ``planned``, and those whose recipe is
-    unknown (no readable ``config.json``: kept, with a warning).
+    unknown (no readable ``config.json``: kept, with a warning). Fresh runs are not compared (nor
+    their recipe composed): they start from scratch anyway.
 
     Raises:
-        TableError: a recipe or kwargs that cannot be read.
+        TableError: a recipe or kwargs that cannot be read, for a done or resumable run.
     """
     stale, unknown = [], []
     for run, state in planned:
         if state is RunState.FRESH:
             continue  # started from scratch anyway
-        diffs = recipe_differences(run)
+        diffs = recipe_differences(run, composed)
         if diffs is None:
             unknown.append(run)
         elif diffs:
@@ -544,28 +620,76 @@ def stale_error(stale: Sequence[StaleRun], out: Path) -> TableError:
     return TableError(
         f"out={out}: {len(stale)} run(s) were made by another recipe than the table gives them now; skipped or "
         f"resumed, they would mix two recipes on the results page:\n{listed}\n"
-        "Move those run folders aside, restore the recipe (configs/experiment/<name>.yaml, the entry's sb3 "
-        "settings or its budget), or pass rerun_stale=true (each folder is renamed seed<S>.stale-<UTC time> "
+        "Move those run folders aside, restore the recipe (configs/experiment/<name>.yaml, the defaults "
+        "it composes, the entry's sb3 settings or its budget), or pass rerun_stale=true (each folder is renamed seed<S>.stale-<UTC time> "
         "and the run starts fresh)"
     )
 
 
-def set_aside(run: Run, out: Path, when: _dt.datetime | None = None) -> Path:
-    """Rename a stale run's folder to ``seed<S>.stale-<UTC yyyymmddThhmmss>`` next to it (a ``-1``,
-    ``-2``, ... suffix if that name is taken); return the new path. Nothing is deleted.
+def aside_target(run: Run, out: Path, when: _dt.datetime, suffix: str = STALE_SUFFIX,
+                 taken: frozenset[Path] = frozenset()) -> Path:
+    """Where :func:`set_aside` would move ``run``'s folder: ``seed<S><suffix><UTC yyyymmddThhmmss>``
+    next to it, with ``-1``, ``-2``, ... when that name exists or is in ``taken``.
+
+    Raises:
+        TableError: the run's folder is not inside ``out`` (never move anything outside it), or is
+            not a folder.
     """
     path = run.run_dir.resolve()
-    if Path(out).resolve() not in path.parents:  # a guard: never move anything outside the output folder
-        raise RuntimeError(f"{path} is not inside {out}")
-    stamp = (when or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%S")
-    target = path.with_name(f"{path.name}{STALE_SUFFIX}{stamp}")
+    if Path(out).resolve() not in path.parents:
+        raise TableError(f"{run.name}: {path} is not inside out={out}; the benchmark moves nothing outside its folder")
+    if not path.is_dir():
+        raise TableError(f"{run.name}: {path} is not a folder; expected the run folder to set aside")
+    stamp = when.astimezone(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}{suffix}{stamp}")
     n = 0
-    while target.exists():
+    while target.exists() or target in taken:
         n += 1
-        target = path.with_name(f"{path.name}{STALE_SUFFIX}{stamp}-{n}")
-    os.rename(path, target)
-    log.warning("%s: stale (%s), set aside as %s; it starts fresh", run.name, run.run_dir, target)
+        target = path.with_name(f"{path.name}{suffix}{stamp}-{n}")
     return target
+
+
+def set_aside_all(
+    moves: Sequence[tuple[Run, str]], out: Path, when: _dt.datetime | None = None
+) -> list[Path]:
+    """Rename each ``(run, suffix)``'s folder to its :func:`aside_target`; return the new paths, in order.
+
+    Every target is computed and checked before any folder is renamed, so a folder that cannot be
+    set aside leaves all of them where they were. Nothing is deleted.
+
+    Raises:
+        TableError: a folder outside ``out``, not a folder, or two moves of one folder.
+    """
+    when = when or _dt.datetime.now(_dt.timezone.utc)
+    sources = [run.run_dir.resolve() for run, _ in moves]
+    if len(set(sources)) != len(sources):
+        twice = next(p for p in sources if sources.count(p) > 1)
+        raise TableError(f"{twice}: asked to set this run folder aside twice")
+    targets: list[Path] = []
+    for run, suffix in moves:
+        targets.append(aside_target(run, out, when, suffix, frozenset(targets)))
+    for (run, suffix), target in zip(moves, targets, strict=True):
+        os.rename(run.run_dir.resolve(), target)
+        what = "stale" if suffix == STALE_SUFFIX else "finished short of the raised budget, without a checkpoint"
+        log.warning("%s: %s, set aside as %s; it starts fresh", run.name, what, target)
+    return targets
+
+
+def set_aside(run: Run, out: Path, when: _dt.datetime | None = None, suffix: str = STALE_SUFFIX) -> Path:
+    """Rename one run's folder to ``seed<S><suffix><UTC yyyymmddThhmmss>`` next to it (a ``-1``,
+    ``-2``, ... suffix if that name is taken); return the new path. Nothing is deleted.
+
+    Raises:
+        TableError: the folder is not inside ``out``, or is not a folder.
+    """
+    return set_aside_all([(run, suffix)], out, when)[0]
+
+
+def holds_result(run: Run) -> bool:
+    """Whether the run folder holds a finished result (a ``summary.json``, readable or not): such a
+    folder is set aside (:data:`SHORT_SUFFIX`), never cleared, when its run must start fresh.
+    """
+    return (run.run_dir / "summary.json").exists()
 
 
 def check_sb3_kwargs(table: Table, runs: Sequence[Run]) -> None:
@@ -686,9 +810,10 @@ def launch(cmd: Sequence[str], log_file: IO[bytes], env: Mapping[str, str]) -> s
 def table_problems(old: Mapping[str, Any], new: Table) -> list[str]:
     """Why ``new`` cannot run into an output folder whose ``table.json`` holds ``old`` (empty: it can).
 
-    ``new`` may add entries, seeds and libraries, raise a budget (done runs then resume to it) and
-    change what only the report reads (name, thresholds, the Zoo's reference); everything that
-    decides how an existing run trains must be the same.
+    ``new`` may add entries, seeds and libraries, raise a budget (done runs then resume to it),
+    change what only the report reads (name, thresholds, the Zoo's reference) and an entry's ``sb3``
+    block (each SB3 run it changes is then stale: :func:`recipe_differences`); the rest of what decides
+    how an existing run trains must be the same.
     """
     try:
         previous = table_from_dict(old, TABLE_FILE, check_files=False)
@@ -708,7 +833,9 @@ def table_problems(old: Mapping[str, Any], new: Table) -> list[str]:
             problems.append(f"entry {before.id} of the folder is not in the new table")
             continue
         after = new.entry(before.id)
-        for field in ("task", "algo", "experiment", "eval_every", "sb3"):
+        # Not ``sb3``: a changed SB3 block is the stale guard's, run by run (an SB3 run's config.json
+        # records its kwargs, n_envs and normalize), so rerun_stale can redo just the runs it changed.
+        for field in ("task", "algo", "experiment", "eval_every"):
             if getattr(before, field) != getattr(after, field):
                 problems.append(f"entry {before.id}: {field} was {getattr(before, field)!r}, now {getattr(after, field)!r}")
         if after.env_steps < before.env_steps:
@@ -865,10 +992,17 @@ def _alive(pid: int) -> bool:
 
 
 def clear_run_dir(run: Run, out: Path) -> None:
-    """Remove a fresh run's partial files: its whole directory, which only the benchmark writes."""
+    """Remove a fresh run's partial files: its whole directory, which only the benchmark writes.
+
+    Raises:
+        TableError: the folder is outside ``out`` or holds a finished result (:func:`holds_result`:
+            :func:`run_benchmark` sets those aside first; this guard keeps a finished run from rmtree).
+    """
     path = run.run_dir.resolve()
     if Path(out).resolve() not in path.parents:  # a guard: never delete outside the output folder
-        raise RuntimeError(f"{path} is not inside {out}")
+        raise TableError(f"{run.name}: {path} is not inside out={out}; the benchmark deletes nothing outside its folder")
+    if holds_result(run):
+        raise TableError(f"{run.name}: {path} holds a summary.json (a finished run); not deleting it")
     if path.exists():
         shutil.rmtree(path)
 
@@ -887,6 +1021,7 @@ def run_benchmark(
     progress: bool = False,
     launcher: Launcher = launch,
     poll_s: float = 0.2,
+    composed: ComposedConfig | None = None,
 ) -> BenchmarkResult:
     """Run the table's runs that are not done into ``out`` (see the module doc).
 
@@ -904,58 +1039,89 @@ def run_benchmark(
         progress: show a progress bar over the runs on stderr.
         launcher: starts a run's subprocess (:func:`launch`).
         poll_s: seconds between checks of the running subprocesses.
+        composed: the whole config a robolearn run's fresh command composes now (:data:`ComposedConfig`);
+            ``None``: robolearn runs are compared with their recipe file only.
+
+    Every run of the table is checked for staleness, not only the selected ones: a stale run outside
+    ``entries``/``libs``/``seeds`` is left as it is, with a warning (:attr:`BenchmarkResult.stale_elsewhere`).
 
     Raises:
         TableError: a filter the table does not have, an output folder of another table, one in
             use by another ``benchmark run``, a recipe the benchmark cannot read
-            (:func:`~robolearn.benchmark.table.recipe_task_overrides`,
-            :func:`~robolearn.benchmark.table.recipe_settings`), or stale runs without
-            ``rerun_stale`` (:func:`stale_error`); nothing has run or been written then.
+            (:func:`~robolearn.benchmark.table.recipe_task_overrides`; for a done or resumable run,
+            :func:`~robolearn.benchmark.table.recipe_settings` or ``composed``), or selected stale runs
+            without ``rerun_stale`` (:func:`stale_error`); nothing has run or been written then.
     """
     if jobs < 1:
         raise TableError(f"jobs={jobs}: expected an integer >= 1")
     out = Path(out)
     runs = plan(table, out, entries, libs, seeds)
     check_out(table, out)
-    # An unreadable recipe stops the benchmark before any run starts (not when its run is done, on the next call).
+    # An unreadable recipe stops the benchmark before any run starts (not when its run is done, on the
+    # next call). Only what every SB3 command needs: a recipe is composed or compared only for a done
+    # or resumable run (find_stale), so a new folder is never refused for a recipe it cannot compare.
     for experiment in sorted({r.entry.experiment for r in runs if r.lib in SB3_LIBS}):
         recipe_task_overrides(experiment)
-    for experiment in sorted({r.entry.experiment for r in runs if r.lib == "robolearn"}):
-        recipe_wanted(experiment)
     check_sb3_kwargs(table, runs)
     if dry_run:
         planned = [(r, run_state(r)) for r in runs]
-        stale, unknown = _checked_stale(planned, out, rerun_stale)
-        return BenchmarkResult(_fresh_if_stale(planned, stale), [], False, stale, unknown)
+        stale, elsewhere, unknown = _checked_stale(table, out, planned, rerun_stale, composed)
+        planned = _fresh_if_stale(planned, stale)
+        short = [r for r, s in planned if s is RunState.FRESH and holds_result(r)]
+        return BenchmarkResult(planned, [], False, stale, unknown, elsewhere, short)
     with out_lock(out) as record_children:
         old = check_out(table, out)  # again under the lock: another process may have written it meanwhile
         planned = [(r, run_state(r)) for r in runs]
-        stale, unknown = _checked_stale(planned, out, rerun_stale)  # before anything is written
+        stale, elsewhere, unknown = _checked_stale(table, out, planned, rerun_stale, composed)  # before anything is written
         if old != table.to_dict():
             write_table(table, out)
-        when = _dt.datetime.now(_dt.timezone.utc)
-        for item in stale:  # all before any run starts: an interrupt leaves no stale run behind
-            set_aside(item.run, out, when)
         planned = _fresh_if_stale(planned, stale)
+        stale_dirs = {s.run.run_dir for s in stale}
+        # A fresh run whose folder holds a finished result (its budget was raised and it has no
+        # checkpoint to resume from) is set aside, not cleared: a result is never deleted.
+        short = [r for r, s in planned if s is RunState.FRESH and r.run_dir not in stale_dirs and holds_result(r)]
+        moves = [(s.run, STALE_SUFFIX) for s in stale] + [(r, SHORT_SUFFIX) for r in short]
+        # All before any run starts: an interrupt leaves no stale run behind.
+        targets = set_aside_all(moves, out)
+        aside = {run.run_dir: target for (run, _), target in zip(moves, targets, strict=True)}
         todo = [(r, s) for r, s in planned if s is not RunState.DONE]
         where = provenance() if todo else {}
         records, interrupted = _execute(
             table, out, todo, len(planned), jobs, progress, launcher, poll_s, where, record_children
         )
-    return BenchmarkResult(planned, records, interrupted, stale, unknown)
+    return BenchmarkResult(planned, records, interrupted, stale, unknown, elsewhere, short, aside)
 
 
 def _checked_stale(
-    planned: Sequence[tuple[Run, RunState]], out: Path, rerun_stale: bool
-) -> tuple[list[StaleRun], list[Run]]:
-    """:func:`find_stale`, refusing stale runs unless ``rerun_stale``; warns of the unknown recipes."""
-    stale, unknown = find_stale(planned)
+    table: Table, out: Path, planned: Sequence[tuple[Run, RunState]], rerun_stale: bool,
+    composed: ComposedConfig | None,
+) -> tuple[list[StaleRun], list[StaleRun], list[Run]]:
+    """The stale runs of ``planned`` (refused unless ``rerun_stale``), the stale runs of the rest of the
+    table (warned of, left as they are) and the runs of unknown recipe (warned of).
+    """
+    stale, unknown = find_stale(planned, composed)
     if stale and not rerun_stale:
         raise stale_error(stale, out)
+    chosen = {r.run_dir for r, _ in planned}
+    elsewhere: list[StaleRun] = []
+    for run in plan(table, out):
+        if run.run_dir in chosen or not run.run_dir.is_dir():
+            continue
+        try:
+            found, unreadable = find_stale([(run, run_state(run))], composed)
+        except (TableError, ImportError) as exc:  # not selected: its recipe (or SB3) cannot stop this call
+            log.warning("%s: not selected, and cannot be checked for a changed recipe: %s", run.name, exc)
+            continue
+        elsewhere += found
+        unknown += unreadable
+    for item in elsewhere:
+        log.warning("%s: stale, not selected so left as it is (the report leaves it out): %s; rerun it with "
+                    "`benchmark run ... rerun_stale=true` and a selection that includes it",
+                    item.run.name, "; ".join(map(str, item.differences)))
     for run in unknown:
         log.warning("%s: %s has no readable config.json: its recipe is unknown, so it is kept as it is",
                     run.name, run.run_dir)
-    return stale, unknown
+    return stale, elsewhere, unknown
 
 
 def _fresh_if_stale(planned: Sequence[tuple[Run, RunState]], stale: Sequence[StaleRun]) -> list[tuple[Run, RunState]]:
@@ -1117,6 +1283,8 @@ class _Signals:
 
 __all__ = [
     "BENCHMARK_KEYS",
+    "NOT_TRAINING_KEYS",
+    "ComposedConfig",
     "BenchmarkResult",
     "Difference",
     "Run",
@@ -1127,6 +1295,9 @@ __all__ = [
     "check_sb3_kwargs",
     "command",
     "find_stale",
+    "flat_config",
+    "holds_result",
+    "not_compared",
     "launch",
     "plan",
     "provenance",
@@ -1139,6 +1310,8 @@ __all__ = [
     "same_value",
     "sb3_settings",
     "set_aside",
+    "set_aside_all",
+    "aside_target",
     "stale_error",
     "table_problems",
 ]

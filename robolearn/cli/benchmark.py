@@ -24,10 +24,10 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from robolearn.benchmark.schedule import TABLE_FILE, BenchmarkResult, RunState, run_benchmark
-from robolearn.benchmark.table import load_table, table_from_dict, table_names
+from robolearn.benchmark.schedule import TABLE_FILE, BenchmarkResult, Run, RunState, command, run_benchmark
+from robolearn.benchmark.table import Table, TableError, load_table, table_from_dict, table_names
 from robolearn.utils.config import ConfigError
 
 USAGE = """\
@@ -123,6 +123,7 @@ def run_command(settings: dict[str, str]) -> int:
     table = load_table(table_arg)
     result = run_benchmark(
         table, out, jobs=jobs, dry_run=dry_run, rerun_stale=rerun_stale, progress=not dry_run, seeds=seeds,
+        composed=composer(table),
         entries=_items(settings, "entries") if "entries" in settings else None,
         libs=_items(settings, "libs") if "libs" in settings else None,
     )
@@ -130,6 +131,38 @@ def run_command(settings: dict[str, str]) -> int:
         _print_plan(result)
         return 0
     return _print_outcome(result, out)
+
+
+def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
+    """The whole ``config.json`` a robolearn run of ``table`` would get now from its fresh command
+    (:data:`~robolearn.benchmark.schedule.ComposedConfig`): composed with Hydra as ``robolearn train``
+    composes it, so the stale check sees every setting (a recipe line deleted, a changed default of the
+    algorithm or runner, a defaults entry after ``_self_``), not only those the recipe file writes.
+
+    One composition per distinct command less its seed and run dir (both are the benchmark's per-run
+    keys, not compared), so in practice one per experiment: a composition takes about a second. Hydra
+    is imported on the first call only: a table with no done or resumable robolearn run never composes.
+    """
+    cache: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def composed(run: Run) -> dict[str, Any]:
+        args = command(run, table, RunState.FRESH)[4:]  # after `python -m robolearn.cli train`
+        key = tuple(a for a in args if not a.startswith(("seed=", "run_dir=")))
+        if key not in cache:
+            from hydra.errors import HydraException
+            from omegaconf.errors import OmegaConfBaseException
+
+            from robolearn.cli.commands import compose_config, job_train_config
+            from robolearn.cli.config import train_config_to_dict
+
+            try:
+                cache[key] = train_config_to_dict(job_train_config(compose_config("train", args), args))
+            except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
+                raise TableError(f"{run.name}: experiment {run.entry.experiment} cannot be composed to compare the "
+                                 f"run with it ({exc})") from None
+        return cache[key]
+
+    return composed
 
 
 def report_command(settings: dict[str, str]) -> int:
@@ -171,6 +204,10 @@ def _print_plan(result: BenchmarkResult) -> None:
           + (f", {len(stale)} stale (set aside as seed<S>.stale-<UTC time>, then fresh)" if stale else ""))
     for item in result.stale:
         print(f"stale: {item}")
+    for run in result.short:
+        print(f"short: {run.run_dir} finished short of the budget without a checkpoint: set aside as "
+              f"{run.run_dir.name}.short-<UTC time>, then fresh")
+    _print_elsewhere(result, sys.stdout)
     _print_unknown(result)
 
 
@@ -181,7 +218,11 @@ def _print_outcome(result: BenchmarkResult, out: Path) -> int:
     print(f"{len(result.records)} runs executed, {skipped} already done, {len(result.failed)} failed{stopped} "
           f"({out / 'runs.jsonl'})")
     for item in result.stale:
-        print(f"rerun (stale, its folder set aside as {item.run.run_dir.name}.stale-<UTC time>): {item}")
+        print(f"rerun (stale, its folder set aside as {result.aside[item.run.run_dir]}): {item}")
+    for run in result.short:
+        print(f"rerun (finished short of the budget without a checkpoint, its folder set aside as "
+              f"{result.aside[run.run_dir]}): {run.run_dir}")
+    _print_elsewhere(result)
     _print_unknown(result)
     for record in result.failed:
         print(f"failed: {record.entry}/{record.lib}/seed{record.seed} exited with {record.returncode}; "
@@ -190,6 +231,12 @@ def _print_outcome(result: BenchmarkResult, out: Path) -> int:
         # The stopped runs are not failures: they continue from their last checkpoint.
         print("interrupted: run the same command again to resume", file=sys.stderr)
     return result.exit_status
+
+
+def _print_elsewhere(result: BenchmarkResult, file: TextIO = sys.stderr) -> None:
+    """One line per stale run outside the selection (left as it is; the report leaves it out)."""
+    for item in result.stale_elsewhere:
+        print(f"warning: stale, not selected, left as it is (the report leaves it out): {item}", file=file)
 
 
 def _print_unknown(result: BenchmarkResult) -> None:
