@@ -926,6 +926,32 @@ def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_sche
     assert launcher.commands == []
     result = run_benchmark(bigger, out, launcher=launcher, libs=["sb3_default"])
     assert result.stale == [] and [(r.lib, r.state) for r in result.records] == [("sb3_default", "resume")]
+    # The stale zoo run, not selected, is checked too: left as it is, with a warning.
+    assert [str(s) for s in result.stale_elsewhere] == [str(stale[0])] and runs["sb3_zoo"].run_dir.is_dir()
+
+    # An entry's SB3 block edited (kwargs, n_envs, normalize): the table still runs into the folder
+    # (no "compatible superset" refusal), and the stale check names each SB3 run it changed.
+    edited = {**spec["entries"][0], "env_steps": 200,
+              "sb3": {"n_envs": 3, "default": {"gamma": 0.95}, "zoo": {**zoo, "normalize": False}}}
+    edited_table = table_from_dict({**spec, "entries": [edited]}, "lin")
+    with pytest.raises(TableError) as info:
+        run_benchmark(edited_table, out, launcher=launcher, libs=["sb3_default"])
+    assert "not a compatible superset" not in str(info.value)
+    assert "sb3_default/seed0 (done): sb3_kwargs.gamma: was 0.9, now 0.95; n_envs: was 2, now 3\n" in str(info.value)
+    stale, _ = schedule.find_stale([(r, run_state(r)) for r in plan(edited_table, out)])
+    assert [str(d) for d in stale[1].differences][:1] == ['normalize: was {"gamma": 0.95}, now null']
+    result = run_benchmark(edited_table, out, launcher=launcher, rerun_stale=True)
+    assert sorted(s.run.lib for s in result.stale) == ["sb3_default", "sb3_zoo"]
+    assert sorted(r.state for r in result.records) == ["fresh", "fresh"]
+    for lib in ("sb3_default", "sb3_zoo"):
+        assert result.aside[runs[lib].run_dir].name.startswith("seed0.stale-")
+        assert json.loads((result.aside[runs[lib].run_dir] / "config.json").read_text()) is not None
+    (recipes / "lin.yaml").write_text(LIN_RECIPE)
+    table, out = edited_table, tmp_path / "out2"
+    runs = {r.lib: r for r in plan(table, out)}
+    for run in runs.values():
+        _finished(run.run_dir, sb3_run.parse_args(command(run, table, RunState.FRESH)[3:]).config(), 200, sb3=True)
+    (out / "table.json").write_text(json.dumps(table.to_dict()))
 
     # The recipe's MDP changed: both SB3 runs trained another task than robolearn's now.
     (recipes / "lin.yaml").write_text(LIN_RECIPE.replace("episode_length: 20", "episode_length: 30"))
@@ -1024,3 +1050,117 @@ def test_a_listed_child_is_recognised_by_its_whole_run_dir_argument_not_a_prefix
             proc.kill()
             proc.wait()
     assert not schedule._runs_in(procs[0].pid, seed10)  # exited: not running any run
+
+
+def test_same_value_is_total() -> None:
+    from robolearn.benchmark.schedule import same_value
+
+    assert not same_value(10**400, 1) and not same_value(10**400, 1.0) and same_value(10**400, 10**400)
+    assert same_value(float("nan"), float("nan")) and not same_value(float("nan"), 1)
+
+
+def test_the_composed_config_catches_a_deleted_recipe_line_or_a_changed_default(
+    tmp_path: Path, fake: Path, smoke: Table, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from robolearn.cli import benchmark as cli_benchmark
+    from robolearn.cli import commands
+
+    calls: list[list[str]] = []
+    real = commands.compose_config
+    monkeypatch.setattr(commands, "compose_config", lambda name, args: calls.append(list(args)) or real(name, args))
+    out = tmp_path / "out"
+    composed = cli_benchmark.composer(smoke)
+    seed0, seed1 = (r for r in plan(smoke, out, entries=["cartpole_ppo"], libs=["robolearn"]))
+    now = composed(seed0)
+    assert composed(seed1) is now and len(calls) == 1  # one composition per experiment, not per seed
+    # The run was made when its recipe still said `schedule: fixed` (cartpole_ppo now sets no schedule:
+    # PPO's default, adaptive, applies); it also differs in keys that do not change training.
+    was = json.loads(json.dumps(now))
+    was["algo"]["schedule"] = "fixed"
+    was["runner"].update(checkpoint_interval=7, keep_checkpoints=9, video_camera="track", video_size=[8, 8],
+                         overwrite=True)
+    was.update(overwrite=True, seed=0, run_dir=str(seed0.run_dir))
+    del was["algo"]["desired_kl"]  # a setting added since the run was made
+    _finished(seed0.run_dir, was, seed0.entry.env_steps)
+    assert schedule.recipe_differences(seed0) == []  # the recipe file alone does not see it
+    assert [str(d) for d in schedule.recipe_differences(seed0, composed)] == [
+        f"algo.desired_kl: was not set, now {now['algo']['desired_kl']}", 'algo.schedule: was "fixed", now "adaptive"']
+    (out / "table.json").write_text(json.dumps(smoke.to_dict()))
+    before = _files(out)
+    # Through the command line (it composes with Hydra): refused before anything is written.
+    assert benchmark_main(["run", f"table={smoke.source}", f"out={out}", "seeds=0", "libs=robolearn",
+                           "entries=cartpole_ppo", "dry_run=true"]) == 2
+    assert 'algo.schedule: was "fixed", now "adaptive"' in capsys.readouterr().err and _files(out) == before
+    # A brand-new folder never composes (nothing to compare): no Hydra call for it.
+    calls.clear()
+    assert run_benchmark(smoke, tmp_path / "new", launcher=FakeLauncher(fake), seeds=[0], libs=["robolearn"],
+                         composed=cli_benchmark.composer(smoke)).exit_status == 0
+    assert calls == []
+
+
+def test_a_recipe_with_defaults_after_self_composes_instead_of_being_refused(tmp_path: Path, smoke: Table) -> None:
+    from robolearn.cli import benchmark as cli_benchmark
+
+    entry = dataclasses.replace(smoke.entries[0], id="o2o", experiment="hopper_o2o", env_steps=100_000)
+    table = dataclasses.replace(smoke, entries=(entry,), libs=("robolearn",))
+    run = plan(table, tmp_path / "out")[0]
+    composed = cli_benchmark.composer(table)
+    _finished(run.run_dir, dict(composed(run)), entry.env_steps)
+    with pytest.raises(TableError, match="comes after _self_"):
+        schedule.recipe_differences(run)  # the recipe file alone cannot follow it
+    assert schedule.recipe_differences(run, composed) == []
+
+
+def test_a_finished_run_short_of_a_raised_budget_without_a_checkpoint_is_set_aside_not_deleted(
+    tmp_path: Path, fake: Path, smoke: Table, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from robolearn.cli.benchmark import _print_plan
+
+    out = tmp_path / "out"
+    run = plan(smoke, out, seeds=[0], libs=["robolearn"], entries=["cartpole_sac"])[0]
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "summary.json").write_text(json.dumps({"env_steps": run.entry.env_steps - 1}))
+    (run.run_dir / "config.json").write_text("[1, 2]")  # not a mapping: its recipe is unknown
+    (out / "table.json").write_text(json.dumps(smoke.to_dict()))
+    old = _files(run.run_dir)
+    assert run_state(run) is RunState.FRESH
+    with pytest.raises(TableError, match="holds a summary.json"):
+        schedule.clear_run_dir(run, out)  # the last guard: a finished run is never rmtree'd
+    dry = run_benchmark(smoke, out, dry_run=True, seeds=[0], libs=["robolearn"], entries=["cartpole_sac"])
+    assert dry.short == [run] and dry.aside == {} and _files(run.run_dir) == old
+    _print_plan(dry)
+    assert f"short: {run.run_dir} finished short of the budget" in capsys.readouterr().out
+    launcher = FakeLauncher(fake)
+    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0], libs=["robolearn"], entries=["cartpole_sac"])
+    moved = result.aside[run.run_dir]
+    assert re.fullmatch(r"seed0\.short-\d{8}T\d{6}", moved.name) and _files(moved) == old
+    assert [r.state for r in result.records] == ["fresh"]
+    assert json.loads((run.run_dir / "child.json").read_text())["files"] == ["benchmark.log"]
+
+
+def test_a_stale_run_outside_the_selection_is_warned_of_and_a_refused_table_is_not_written(
+    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.cli import benchmark as cli_benchmark
+
+    recipes, out, table = mine
+    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)  # a tmp recipe: the recipe-file comparison
+    (recipes / "mine.yaml").write_text(MY_RECIPE.replace("entropy_coef: 0.01", "entropy_coef: 0.02"))
+    path = table.source
+    assert path is not None
+    grown = json.loads(Path(path).read_text())
+    Path(path).write_text(json.dumps({**grown, "seeds": [0, 1]}))
+    table_json = (out / "table.json").read_text()
+    # Selected, the stale run refuses the grown table: its table.json is not rewritten.
+    assert benchmark_main(["run", f"table={path}", f"out={out}"]) == 2
+    assert "algo.entropy_coef: was 0.01, now 0.02" in capsys.readouterr().err
+    assert (out / "table.json").read_text() == table_json
+    # Not selected: listed in the dry run, warned of in a real run, left as it is.
+    assert benchmark_main(["run", f"table={path}", f"out={out}", "seeds=1", "dry_run=true"]) == 0
+    printed = capsys.readouterr().out
+    assert "warning: stale, not selected, left as it is (the report leaves it out): " in printed
+    assert "e/robolearn/seed0 (done): algo.entropy_coef: was 0.01, now 0.02" in printed
+    launcher = FakeLauncher(fake)
+    result = run_benchmark(load_table(path, check_tasks=False), out, launcher=launcher, seeds=[1])
+    assert launcher.runs == ["e/robolearn/seed1"] and [s.run.seed for s in result.stale_elsewhere] == [0]
+    assert result.aside == {} and (out / "e" / "robolearn" / "seed0" / "config.json").is_file()
