@@ -971,12 +971,49 @@ def test_the_report_reads_seed_folders_only_not_those_set_aside(tmp_path: Path, 
     with Logger(run.run_dir, tensorboard=False, console=False) as logger:
         logger.log({"env_steps": 1000.0, "time/train_s": 10.0, "eval/return": 987.0}, step=1000)
     (run.run_dir / "summary.json").write_text(json.dumps({"env_steps": 1000, "train_time_s": 10.0}))
+    (run.run_dir / "config.json").write_text(json.dumps({"algo": {"name": "sac"}}))  # a run directory needs one
     schedule.set_aside(run, out)
     (out / "table.json").write_text(json.dumps(smoke.to_dict()))
     page = write_report(smoke.to_dict(), out, tmp_path / "RESULTS.md", tmp_path / "figures", reps=20).read_text()
     # Read, the run set aside would give cartpole_sac a row with a final return of 987.
     assert "Not run yet (no finished run of any library): cartpole_ppo, cartpole_sac." in page, page
     assert "987" not in page
+
+
+def test_the_report_leaves_a_stale_run_out_and_lists_it_under_its_entry(
+    tmp_path: Path, smoke: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.benchmark.report import write_report
+    from robolearn.cli import benchmark as cli_benchmark
+    from robolearn.logging import Logger
+
+    out = tmp_path / "out"
+    run = next(r for r in plan(smoke, out) if (r.entry.id, r.lib, r.seed) == ("cartpole_sac", "robolearn", 0))
+    run.run_dir.mkdir(parents=True)
+    budget = run.entry.env_steps
+    with Logger(run.run_dir, tensorboard=False, console=False) as logger:
+        logger.log({"env_steps": float(budget), "time/train_s": 10.0, "eval/return": 987.0}, step=budget)
+    (run.run_dir / "summary.json").write_text(json.dumps({"env_steps": budget, "train_time_s": 10.0}))
+    (run.run_dir / "config.json").write_text(json.dumps({"algo": {"name": "sac"}}))
+    (out / "table.json").write_text(json.dumps(smoke.to_dict()))
+
+    def page(stale: Any) -> str:
+        return write_report(smoke.to_dict(), out, tmp_path / "RESULTS.md", tmp_path / "figures", reps=20,
+                            stale=stale).read_text()
+
+    plain = page(None)
+    assert "987" in plain and page(lambda path: None) == plain  # nothing stale: the same bytes
+    stale = page(lambda path: 'algo.tau: was 0.005, now 0.01' if path == run.run_dir else None)
+    assert "987" not in stale and "| cartpole_sac | robolearn | 0/2 |" in stale, stale
+    assert ("- robolearn seed 0: stale: made by another recipe (algo.tau: was 0.005, now 0.01); rerun with "
+            "`benchmark run ... rerun_stale=true`") in stale
+    # The command line's check: the run's config.json against the recipe (here its file, as composed).
+    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)
+    check = cli_benchmark.stale_check(smoke, out)
+    (run.run_dir / "config.json").unlink()
+    assert check(run.run_dir) is None  # no config.json: its recipe is unknown, the run is reported
+    (run.run_dir / "config.json").write_text(json.dumps({"algo": {"name": "ppo"}, "task_overrides": {}}))
+    assert check(run.run_dir) is not None and 'algo.name: was "ppo", now "sac"' in str(check(run.run_dir))
 
 
 def test_runs_as_the_real_commands_record_them_are_not_stale(tmp_path: Path, fake: Path, smoke: Table) -> None:

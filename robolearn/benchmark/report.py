@@ -8,7 +8,10 @@ and ``<out>/runs.jsonl`` one line per finished run (its load average among other
 
 Only finished runs (``summary.json`` with ``env_steps`` at least the entry's budget) enter the
 statistics: an unfinished run's last evaluation is not a final return. Missing and unfinished runs
-are listed under their entry, and the seed count says how many made it ("2/3").
+are listed under their entry, and the seed count says how many made it ("2/3"). So is a finished run
+that ``stale`` (given by ``robolearn benchmark report``: the run's ``config.json`` against what the
+table's command gives it now, :func:`robolearn.benchmark.schedule.recipe_differences`) says another
+recipe made: two recipes never share a row.
 
 What the page reports per entry and library:
 
@@ -36,7 +39,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +197,14 @@ def _last_exits(out: Path) -> dict[tuple[str, str, int], int]:
     return exits
 
 
+StaleCheck = Callable[[Path], "str | None"]
+"""Given a finished run's directory, how its recipe differs from the table's now (``key: was X, now
+Y``; ``None``: the same recipe, or not checked)."""
+
+
 def _lib_result(
     out: Path, entry: Mapping[str, Any], lib: str, seeds: Sequence[int], reps: int, seed: int,
-    exits: Mapping[tuple[str, str, int], int] | None = None,
+    exits: Mapping[tuple[str, str, int], int] | None = None, stale: StaleCheck | None = None,
 ) -> LibResult:
     budget = int(_require(entry, "env_steps", f"entry {entry.get('id')!r}"))
     runs: list[RunResult] = []
@@ -212,6 +220,11 @@ def _lib_result(
                 what = "interrupted" if code in (130, -2) else "failed"
                 got += f"; its last attempt {what} (exit status {code}, see {entry['id']}/{lib}/{path.name}/benchmark.log)"
             notes.append(got)
+            continue
+        differences = stale(path) if stale is not None else None
+        if differences:
+            notes.append(f"seed {s}: stale: made by another recipe ({differences}); rerun with "
+                          "`benchmark run ... rerun_stale=true`")
         else:
             runs.append(got)
     final = None
@@ -541,6 +554,7 @@ def write_report(
     *,
     reps: int = 2000,
     seed: int = 0,
+    stale: StaleCheck | None = None,
 ) -> Path:
     """Write ``results_md`` and one ``<entry id>.png`` per entry into ``figures_dir`` from the run
     directories under ``out_dir`` (see the module docstring).
@@ -553,6 +567,8 @@ def write_report(
         figures_dir: the folder of the PNG figures; RESULTS.md links them by relative paths.
         reps: bootstrap resamples per interval.
         seed: seed of every bootstrap (the page is reproducible).
+        stale: tells a finished run made by another recipe than the table's now (left out of the
+            statistics, listed under its entry); ``None``: no run is checked.
 
     Returns:
         The path of the markdown file.
@@ -581,14 +597,14 @@ def write_report(
     exits = _last_exits(out)
     for entry in entries:
         _require(entry, "id", "table entry")
-        results = [_lib_result(out, entry, lib, seeds, reps, seed, exits) for lib in _entry_libs(entry, libs)]
+        results = [_lib_result(out, entry, lib, seeds, reps, seed, exits, stale) for lib in _entry_libs(entry, libs)]
         per_entry.append((entry, results))
     configs = [read_json_object(run.path / "config.json") for _, results in per_entry
                for r in results for run in r.runs]
     # An entry with no finished run of any library (and no failed attempt to report) is one name in
     # a "not run yet" line, not rows of n/a and an empty figure: a table in progress stays readable.
     def _shown(results: Sequence[LibResult]) -> bool:
-        return any(r.runs or any("failed" in note for note in r.notes) for r in results)
+        return any(r.runs or any("failed" in note or "stale:" in note for note in r.notes) for r in results)
 
     pending = [str(entry["id"]) for entry, results in per_entry if not _shown(results)]
     per_entry = [(entry, results) for entry, results in per_entry if _shown(results)]
@@ -677,4 +693,4 @@ def write_report(
     return md_path
 
 
-__all__ = ["CONFIDENCE", "TARGET_SPEEDUP", "LibResult", "Reach", "RunResult", "write_report"]
+__all__ = ["CONFIDENCE", "TARGET_SPEEDUP", "LibResult", "Reach", "RunResult", "StaleCheck", "write_report"]

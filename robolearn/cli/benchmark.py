@@ -26,7 +26,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from robolearn.benchmark.schedule import TABLE_FILE, BenchmarkResult, Run, RunState, command, run_benchmark
+from robolearn.benchmark.schedule import (
+    TABLE_FILE,
+    BenchmarkResult,
+    Run,
+    RunState,
+    command,
+    plan,
+    recipe_differences,
+    run_benchmark,
+)
 from robolearn.benchmark.table import Table, TableError, load_table, table_from_dict, table_names
 from robolearn.utils.config import ConfigError
 
@@ -165,6 +174,28 @@ def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
     return composed
 
 
+def stale_check(table: Table, out: Path) -> Callable[[Path], str | None]:
+    """For the report: a finished run's differences from what ``table``'s command gives it now (as
+    ``benchmark run``'s stale check finds them), ``None`` when there are none or they cannot be
+    found (a recipe that no longer composes, SB3 missing: a warning, and the run is reported).
+    """
+    runs = {run.run_dir: run for run in plan(table, out)}
+    composed = composer(table)
+
+    def check(path: Path) -> str | None:
+        run = runs.get(path)
+        if run is None:
+            return None
+        try:
+            differences = recipe_differences(run, composed)
+        except (TableError, ImportError) as exc:
+            print(f"warning: {run.name}: not checked for a changed recipe ({exc})", file=sys.stderr)
+            return None
+        return "; ".join(map(str, differences)) if differences else None
+
+    return check
+
+
 def report_command(settings: dict[str, str]) -> int:
     """``benchmark report``: the results page from ``<out>/table.json`` and the run directories."""
     out = Path(_required(settings, "out", "report"))
@@ -185,7 +216,7 @@ def report_command(settings: dict[str, str]) -> int:
     from robolearn.benchmark.report import write_report  # matplotlib and rliable only when reporting
 
     # The table as its YAML mapping (zoo_reference.return spelt as in the table file).
-    written = write_report(table.to_dict(), out, results, figures)
+    written = write_report(table.to_dict(), out, results, figures, stale=stale_check(table, out))
     print(f"wrote {written}")
     return 0
 
@@ -293,7 +324,7 @@ def _fail(command: str, message: str) -> int:
     return 2
 
 
-__all__ = ["main", "parse_settings", "report_command", "run_command"]
+__all__ = ["composer", "main", "parse_settings", "report_command", "run_command", "stale_check"]
 
 if __name__ == "__main__":
     sys.exit(main())
