@@ -8,7 +8,13 @@ run's state and runs nothing. A finished or interrupted run whose recipe has cha
 ``config.json`` differs from what the table's command gives it now: a recipe setting, the SB3
 kwargs, a raised budget under a ``lin_`` schedule) is stale: the command refuses the table and lists
 them, unless ``rerun_stale=true``, which renames each stale run's folder ``seed<S>.stale-<UTC time>``
-(nothing is deleted) and runs it fresh.
+(nothing is deleted) and runs it fresh. The comparison is with the whole config the run's fresh
+command composes now (:func:`composer`: Hydra, as ``robolearn train``), so a deleted recipe line or a
+changed default counts; settings that do not change training (video, checkpoint cadence, console)
+do not. Every run of the table is checked: a stale run outside ``entries``/``libs``/``seeds`` is
+left as it is, with a warning. A finished run short of a raised budget without a checkpoint is set
+aside as ``seed<S>.short-<UTC time>`` before it reruns. ``benchmark report`` leaves stale runs out of
+the statistics and lists them under their entry (:func:`stale_check`).
 
 ``robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]`` writes the
 results page from the run directories and ``<out>/table.json`` (:mod:`robolearn.benchmark.report`).
