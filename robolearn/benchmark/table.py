@@ -46,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from robolearn.analysis.runs import flatten
 from robolearn.utils.config import ConfigError, to_dataclass
 
 ALGOS: tuple[str, ...] = ("ppo", "sac")
@@ -502,24 +503,12 @@ def recipe_settings(experiment: str) -> dict[str, Any]:
                              "(put _self_ last)")
     settings: dict[str, Any] = {}
     if package == "_global_":
-        settings.update(_flatten({k: v for k, v in recipe.items() if k not in NOT_SETTINGS}))
+        settings.update(flatten({k: v for k, v in recipe.items() if k not in NOT_SETTINGS}))
     settings["task_overrides"] = recipe_task_overrides(experiment)
     algo = _recipe_algo(recipe)
     if algo is not None:
         settings["algo.name"] = algo
     return json.loads(json.dumps(settings, default=str))  # plain dicts, lists and scalars, as config.json's
-
-
-def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as dotted keys; an empty mapping, a list or a scalar is one value."""
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
 
 
 def _algo_choice(item: Any) -> str | None:

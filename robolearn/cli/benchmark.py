@@ -161,7 +161,8 @@ def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
     cache: dict[tuple[str, ...], dict[str, Any]] = {}
 
     def composed(run: Run) -> dict[str, Any]:
-        args = command(run, table, RunState.FRESH)[4:]  # after `python -m robolearn.cli train`
+        cmd = command(run, table, RunState.FRESH)
+        args = cmd[cmd.index("train") + 1:]  # the overrides after `python -m robolearn.cli train`
         key = tuple(a for a in args if not a.startswith(("seed=", "run_dir=")))
         if key not in cache:
             from hydra.errors import HydraException
