@@ -72,6 +72,7 @@ from robolearn.benchmark.table import (
     recipe_task_overrides,
     table_from_dict,
 )
+from robolearn.utils.config import ConfigError, read_json_object
 
 log = logging.getLogger(__name__)
 
@@ -338,13 +339,12 @@ BENCHMARK_KEYS: frozenset[str] = frozenset({
 """Settings of a robolearn run that :func:`command` gives per run, whatever the recipe says: a recipe's
 value for them is not compared with the run's (see :func:`recipe_differences`)."""
 NOT_TRAINING_KEYS: frozenset[str] = frozenset({
-    "overwrite", "runner.overwrite", "runner.checkpoint_interval", "runner.keep_checkpoints", "runner.console",
-    "runner.tensorboard", "runner.video",
+    "overwrite", "runner.overwrite", "runner.checkpoint_interval", "runner.keep_checkpoints",
 })
 """Settings of a robolearn run that do not change what it learns or the returns it reports, so a run
 that differs only in them is not stale: whether an existing run dir may be overwritten, how often
 checkpoints are written and how many are kept (a resumed run restarts from the same state either way),
-console and TensorBoard output. Besides these, every key whose last part starts with ``video``
+(console, TensorBoard and video output are benchmark keys already). Besides these, every key whose last part starts with ``video``
 (``runner.video_size``, ``runner.video_camera``: only the rendered clip changes), in any section
 (:func:`not_compared`)."""
 WHOLE_KEYS: frozenset[str] = frozenset({"task_overrides", "sim_options"})
@@ -430,10 +430,9 @@ def same_value(a: Any, b: Any) -> bool:
 def read_run_config(path: Path) -> dict[str, Any] | None:
     """``path/config.json`` as a mapping; ``None`` when there is none or it cannot be read as one."""
     try:
-        data = json.loads((path / "config.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return read_json_object(path / "config.json")
+    except (FileNotFoundError, ConfigError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def recipe_wanted(experiment: str) -> dict[str, Any]:
