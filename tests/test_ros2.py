@@ -98,9 +98,9 @@ def test_policy_balances_the_cartpole_robot_node_for_10_s(scenario: dict) -> Non
     assert b["states"] >= 0.75 * BALANCE_S * 100, logs
     assert b["resets"] == 0, logs  # the pole never fell
     # the robot stood still until the policy's first command: the seed's initial angle, exactly (the
-    # probe's reader is matched before the world starts, --wait-for-subscribers: it sees the states
-    # from the start; the printed states_before_first_command and first_state_after_first_command_s
-    # say how early)
+    # probe's reader has matched the robot's writer before the world starts, the gate reader of
+    # ros2_probe's phase A: it sees the states from the start; the printed states_before_first_command
+    # and first_state_after_first_command_s say how early)
     assert abs(b["first_angle"] - INITIAL_ANGLE) < 5e-4, logs
     assert b["max_abs_angle"] < 0.1, logs  # upright all along (the task's success is 10 degrees)
     assert b["max_abs_angle_last_s"] < 0.01, logs  # and settled

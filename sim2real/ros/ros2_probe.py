@@ -13,10 +13,11 @@ Phases:
 
 A. ``/rl_a``: the policy node starts first (features from a file) and the probe waits until it sees
    the policy's command publisher, so it receives every command from the first; then the robot node
-   (``--wait-for-policy``, ``--wait-for-subscribers 2``: the world starts, standing still until the
-   first command, once the policy's and the probe's joint-state readers are both matched, so the probe
-   sees the states from before the first command on; a reader matched later, as DDS can do a second
-   after the other, never gets the states sent before it). Balance for ``--balance-s`` seconds (pole angle, reward, resets, command
+   (``--wait-for-policy``, ``--wait-for-subscribers 3``: the world starts, standing still until the
+   first command, once the policy's and the probe's joint-state readers and a gate reader are matched;
+   the probe creates the gate only after its own reader has matched the robot's writer, so it sees the
+   states from before the first command on: a reader that matches a writer after the writer matched
+   it, as DDS can do a second later, drops what was sent in between). Balance for ``--balance-s`` seconds (pole angle, reward, resets, command
    rate and period distribution, effort and per-step change of every command, the safety layer's
    rate interventions); SIGKILL the policy and time the robot's hold; a second policy node
    (``--robot from-topic``) takes over; SIGKILL the robot and watch the policy report ``stale`` then
@@ -109,8 +110,8 @@ class Watch:
         self.policy: list[tuple[float, dict]] = []
         self.robot: list[tuple[float, dict]] = []
         depth = 200  # deep queues: nothing dropped while the probe's executor is busy
-        node.create_subscription(JointState, f"{ns}/joint_states", lambda m: self._add(self.states, list(m.position)),
-                                 depth)
+        self.state_sub = node.create_subscription(JointState, f"{ns}/joint_states",
+                                                  lambda m: self._add(self.states, list(m.position)), depth)
         self.command_sub = None
         if commands:
             self.command_sub = node.create_subscription(Float64MultiArray, f"{ns}/command",
@@ -138,6 +139,8 @@ class Watch:
 
 def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out: dict) -> None:
     """Balance, kill the policy, a second policy, kill the robot (module doc)."""
+    from sensor_msgs.msg import JointState
+
     ns = "/rl_a"
     w = Watch(node, ns)
     safety = json.dumps(SAFETY)
@@ -150,13 +153,22 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
             out["error"] = "phase A: the policy node never created its command publisher"
             return
         time.sleep(0.5)
-        # two joint-state readers before the world starts: the policy's and this probe's
+        # Three joint-state readers before the world starts: the policy's, this probe's and a gate.
+        # The robot counts readers it has matched, but a reader drops what a writer sends before the
+        # reader has matched that writer in turn, which DDS can do a second later (a fresh-clone CI run
+        # saw the probe's first state 2 ticks after the first command). The gate is created only once
+        # this probe's reader has matched the robot's writer, so the world cannot start before that.
         robot = _node(ROBOT, "--task", "Cartpole-Balance", "--namespace", ns, "--wait-for-policy", "60",
-                      "--wait-for-subscribers", "2", log=work / "robot_a.log")
+                      "--wait-for-subscribers", "3", log=work / "robot_a.log")
+        if not _wait(lambda: w.state_sub.get_publisher_count() > 0, 90):
+            out["error"] = "phase A: the probe never matched the robot's joint_states publisher"
+            return
+        gate = node.create_subscription(JointState, f"{ns}/joint_states", lambda m: None, 10)
         if not _wait(lambda: len(w.commands) > 0, 90):
             out["error"] = "phase A: no command within 90 s"
             return
         t_start = w.commands[0][0]
+        node.destroy_subscription(gate)
         time.sleep(max(0.0, t_start + args.balance_s - time.monotonic()))
         t_end = t_start + args.balance_s
         time.sleep(0.3)  # the last status of the window and the commands sent before it arrive
