@@ -961,6 +961,38 @@ def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_sche
         for lib in ("sb3_default", "sb3_zoo")}
 
 
+def test_sb3_settings_are_computed_once_per_entry_and_lib_in_one_check(
+    tmp_path: Path, fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.benchmark import sb3_run
+    from robolearn.cli import benchmark as cli_benchmark
+
+    table = three_lib_table()  # 3 SB3 configurations (a/sb3_default, a/sb3_zoo, b/sb3_default), 3 seeds
+    out = tmp_path / "out"
+    sb3_runs = [r for r in plan(table, out) if r.lib != "robolearn"]
+    for run in sb3_runs:
+        _finished(run.run_dir, sb3_run.parse_args(command(run, table, RunState.FRESH)[3:]).config(),
+                  run.entry.env_steps, sb3=True)
+    (out / "table.json").write_text(json.dumps(table.to_dict()))
+    # One seed's run made with other n_envs: the settings shared by its seeds still find it.
+    odd = next(r for r in sb3_runs if (r.entry.id, r.lib, r.seed) == ("a", "sb3_zoo", 2))
+    config = json.loads((odd.run_dir / "config.json").read_text())
+    (odd.run_dir / "config.json").write_text(json.dumps({**config, "n_envs": 4}))
+    calls: list[str] = []
+    real = schedule.sb3_settings
+    monkeypatch.setattr(schedule, "sb3_settings", lambda run: calls.append(run.name) or real(run))
+    launcher = FakeLauncher(fake)
+    result = run_benchmark(table, out, launcher=launcher, seeds=[0], libs=["sb3_default", "sb3_zoo"])
+    assert launcher.commands == [] and result.stale == []
+    assert [str(s) for s in result.stale_elsewhere] == [f"{odd.run_dir} (done): n_envs: was 4, now 8"]
+    # 9 runs compared (3 selected, 6 elsewhere), each configuration's settings computed once.
+    assert sorted(calls) == ["a/sb3_default/seed0", "a/sb3_zoo/seed0", "b/sb3_default/seed0"]
+    calls.clear()
+    check = cli_benchmark.stale_check(table, out)  # the report's check: once per configuration too
+    assert [check(r.run_dir) for r in sb3_runs] == [None if r != odd else "n_envs: was 4, now 8" for r in sb3_runs]
+    assert len(calls) == 3
+
+
 def test_the_report_reads_seed_folders_only_not_those_set_aside(tmp_path: Path, smoke: Table) -> None:
     from robolearn.benchmark.report import write_report
     from robolearn.logging import Logger

@@ -522,12 +522,30 @@ def sb3_settings(run: Run) -> dict[str, Any]:
     }))
 
 
+SB3Settings = dict[tuple[str, str], dict[str, Any]]
+""":func:`sb3_settings` by (entry id, lib), filled during one stale check of one table: an SB3
+configuration's seeds share their settings, so each is translated and its recipe read once. Not kept
+longer: the table or its recipe files may change between two checks."""
+
+
+def _sb3_wanted(run: Run, cache: SB3Settings | None) -> dict[str, Any]:
+    """:func:`sb3_settings` of ``run``, from ``cache`` when an earlier run of its (entry, lib) put it there."""
+    if cache is None:
+        return sb3_settings(run)
+    key = (run.entry.id, run.lib)
+    if key not in cache:
+        cache[key] = sb3_settings(run)
+    return cache[key]
+
+
 def _linear_schedules(kwargs: Mapping[str, Any]) -> list[str]:
     """The kwargs written as ``lin_<x>`` (SB3 linear schedules over the run's budget)."""
     return sorted(k for k, v in kwargs.items() if isinstance(v, str) and v.startswith("lin_"))
 
 
-def recipe_differences(run: Run, composed: ComposedConfig | None = None) -> list[Difference] | None:
+def recipe_differences(
+    run: Run, composed: ComposedConfig | None = None, sb3_wanted: SB3Settings | None = None
+) -> list[Difference] | None:
     """How ``run``'s ``config.json`` differs from what the table's command would give it now.
 
     robolearn, with ``composed``: the run's whole config against the whole config the fresh command
@@ -537,6 +555,9 @@ def recipe_differences(run: Run, composed: ComposedConfig | None = None) -> list
     file gives (:func:`recipe_wanted`), compared by value with the run's. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
     ``lin_<x>`` schedule, the run's ``total_env_steps`` with the entry's budget. A run made before
     sb3_run recorded ``task_overrides`` trained the task as registered (``{}``).
+
+    ``sb3_wanted`` keeps :func:`sb3_settings` per (entry id, lib) across the runs of one check (the
+    seeds of an SB3 configuration share them); ``None``: computed for this run alone.
 
     Returns:
         The differences (empty: the same recipe), or ``None`` when the run has no readable
@@ -567,7 +588,7 @@ def recipe_differences(run: Run, composed: ComposedConfig | None = None) -> list
             if not same_value(None if was is _ABSENT and now is None else was, now):
                 diffs.append(Difference(key, was, now))
         return diffs
-    want = sb3_settings(run)
+    want = _sb3_wanted(run, sb3_wanted)
     have = {**config, "task_overrides": config.get("task_overrides", {})}
     was_kwargs = have.get("sb3_kwargs")
     if isinstance(was_kwargs, Mapping):
@@ -592,20 +613,23 @@ def recipe_differences(run: Run, composed: ComposedConfig | None = None) -> list
 
 
 def find_stale(
-    planned: Sequence[tuple[Run, RunState]], composed: ComposedConfig | None = None
+    planned: Sequence[tuple[Run, RunState]], composed: ComposedConfig | None = None,
+    sb3_wanted: SB3Settings | None = None,
 ) -> tuple[list[StaleRun], list[Run]]:
     """The stale runs among the done and resumable ones of ``planned``, and those whose recipe is
     unknown (no readable ``config.json``: kept, with a warning). Fresh runs are not compared (nor
-    their recipe composed): they start from scratch anyway.
+    their recipe composed): they start from scratch anyway. ``sb3_wanted``: as in
+    :func:`recipe_differences` (default: a new one for this call, shared by ``planned``'s runs).
 
     Raises:
         TableError: a recipe or kwargs that cannot be read, for a done or resumable run.
     """
     stale, unknown = [], []
+    sb3_wanted = {} if sb3_wanted is None else sb3_wanted
     for run, state in planned:
         if state is RunState.FRESH:
             continue  # started from scratch anyway
-        diffs = recipe_differences(run, composed)
+        diffs = recipe_differences(run, composed, sb3_wanted)
         if diffs is None:
             unknown.append(run)
         elif diffs:
@@ -1098,7 +1122,8 @@ def _checked_stale(
     """The stale runs of ``planned`` (refused unless ``rerun_stale``), the stale runs of the rest of the
     table (warned of, left as they are) and the runs of unknown recipe (warned of).
     """
-    stale, unknown = find_stale(planned, composed)
+    sb3_wanted: SB3Settings = {}  # one table, one check: shared by the selected runs and the rest
+    stale, unknown = find_stale(planned, composed, sb3_wanted)
     if stale and not rerun_stale:
         raise stale_error(stale, out)
     chosen = {r.run_dir for r, _ in planned}
@@ -1107,7 +1132,7 @@ def _checked_stale(
         if run.run_dir in chosen or not run.run_dir.is_dir():
             continue
         try:
-            found, unreadable = find_stale([(run, run_state(run))], composed)
+            found, unreadable = find_stale([(run, run_state(run))], composed, sb3_wanted)
         except (TableError, ImportError) as exc:  # not selected: its recipe (or SB3) cannot stop this call
             log.warning("%s: not selected, and cannot be checked for a changed recipe: %s", run.name, exc)
             continue
@@ -1289,6 +1314,7 @@ __all__ = [
     "Run",
     "RunRecord",
     "RunState",
+    "SB3Settings",
     "StaleRun",
     "check_out",
     "check_sb3_kwargs",

@@ -37,6 +37,7 @@ from robolearn.benchmark.schedule import (
     BenchmarkResult,
     Run,
     RunState,
+    SB3Settings,
     command,
     plan,
     recipe_differences,
@@ -188,13 +189,14 @@ def stale_check(table: Table, out: Path) -> Callable[[Path], str | None]:
     """
     runs = {run.run_dir: run for run in plan(table, out)}
     composed = composer(table)
+    sb3_wanted: SB3Settings = {}  # an SB3 configuration's seeds share what they are compared with
 
     def check(path: Path) -> str | None:
         run = runs.get(path)
         if run is None:
             return None
         try:
-            differences = recipe_differences(run, composed)
+            differences = recipe_differences(run, composed, sb3_wanted)
         except (TableError, ImportError) as exc:
             print(f"warning: {run.name}: not checked for a changed recipe ({exc})", file=sys.stderr)
             return None
