@@ -345,3 +345,24 @@ def test_header_states_the_protocol(page: tuple[Path, str]) -> None:
     protocol = next(line for line in text.splitlines() if line.startswith("- Protocol: "))
     assert "mean over 10 evaluation worlds, one episode each" in protocol  # the table's eval_episodes
     assert "one torch thread and one MuJoCo thread" in protocol and "exclude evaluation" in protocol
+
+
+def test_what_an_entry_shows_is_counted_not_searched_in_the_notes(tmp_path: Path) -> None:
+    """A failed attempt or a stale run puts an entry on the page; a note that merely contains such a word
+    (here the output folder's path, in an unreadable run's note) does not, nor does it make a failure."""
+    out = tmp_path / "failed_unfinished_runs" / "out"
+    write_run(out / "alpha_ppo" / "robolearn" / "seed0", "robolearn", 0, 0.01, [50, 150, 200, 250])
+    (out / "alpha_ppo" / "robolearn" / "seed0" / "metrics.csv").unlink()  # finished, but its curve is gone
+    (out / "runs.jsonl").write_text(json.dumps({"entry": "alpha_ppo", "lib": "robolearn", "seed": 0, "returncode": 1}))
+    table = {**TABLE, "seeds": [0], "entries": TABLE["entries"][:1]}
+    text = write_report(table, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
+    assert "Not run yet (no finished run of any library): alpha_ppo." in text and "## alpha_ppo" not in text
+    # The same entry with a failed attempt (an unfinished run whose last exit was 1) is shown, with the note.
+    write_run(out / "alpha_ppo" / "sb3_default" / "seed0", "sb3_default", 0, 0.01, [50], finished=False)
+    (out / "runs.jsonl").write_text("".join(json.dumps({"entry": "alpha_ppo", "lib": lib, "seed": 0, "returncode": 1}) + "\n"
+                                            for lib in ("robolearn", "sb3_default")))
+    text = write_report(table, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
+    assert "## alpha_ppo" in text and "Not run yet" not in text
+    assert "- sb3_default seed 0: unfinished (no summary.json yet); its last attempt failed (exit status 1" in text
+    unreadable = next(line for line in text.splitlines() if line.startswith("- robolearn seed 0: unreadable ("))
+    assert "metrics.csv" in unreadable and "its last attempt" not in unreadable

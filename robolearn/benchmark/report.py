@@ -113,7 +113,19 @@ class LibResult:
     steps_per_s: float
     """Median env steps per training second (``nan`` without a finished run)."""
     notes: list[str]
-    """Missing, unfinished or unreadable runs."""
+    """Missing, unfinished, failed, unreadable or stale runs (one line each, for the page)."""
+    failed: int
+    """Seeds without a finished run whose last attempt failed (a non-zero exit status in
+    ``runs.jsonl`` other than an interrupt's)."""
+    stale: int
+    """Finished seeds left out of the statistics: made by another recipe (``stale``)."""
+
+    @property
+    def reportable(self) -> bool:
+        """Whether there is anything to show: a finished run, a failed attempt or a stale run (a library
+        with only missing, unfinished or interrupted seeds is one still to run).
+        """
+        return bool(self.runs) or self.failed > 0 or self.stale > 0
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -148,23 +160,33 @@ def _entry_libs(entry: Mapping[str, Any], libs: Sequence[str]) -> list[str]:
 
 
 # -- reading runs ---------------------------------------------------------------------------------
-def _read_run(path: Path, seed: int, budget: int) -> RunResult | str:
-    """The finished run in ``path``, or why it does not count (a note for the page)."""
+@dataclasses.dataclass(frozen=True)
+class _NotCounted:
+    """A seed without a finished run to count, and why."""
+
+    unfinished: bool
+    """Its folder holds a run short of the budget (or without a summary yet); else missing or unreadable."""
+    note: str
+    """The note for the page (``seed <S>: ...``)."""
+
+
+def _read_run(path: Path, seed: int, budget: int) -> RunResult | _NotCounted:
+    """The finished run in ``path``, or why it does not count."""
     rel = f"seed {seed}"
     if not path.is_dir():
-        return f"{rel}: missing"
+        return _NotCounted(False, f"{rel}: missing")
     summary_path = path / "summary.json"
     if not summary_path.is_file():
-        return f"{rel}: unfinished (no summary.json yet)"
+        return _NotCounted(True, f"{rel}: unfinished (no summary.json yet)")
     try:
         summary = read_json_object(summary_path)
         done = float(summary.get("env_steps", 0))
         if done < budget:
-            return f"{rel}: unfinished ({done:,.0f} of {budget:,} env steps)"
+            return _NotCounted(True, f"{rel}: unfinished ({done:,.0f} of {budget:,} env steps)")
         curve = load_run(path, "eval/return", x="env_steps")
         clock = load_run(path, "time/train_s", x="env_steps")
     except (ValueError, OSError) as exc:
-        return f"{rel}: unreadable ({exc})"
+        return _NotCounted(False, f"{rel}: unreadable ({exc})")
     # SB3 runs may log time/train_s on other rows than the evaluations; where it shares the row (as
     # robolearn's runner writes it) the interpolation returns it exactly.
     seconds = np.interp(curve.steps, clock.steps, clock.values)
@@ -209,20 +231,25 @@ def _lib_result(
     budget = int(_require(entry, "env_steps", f"entry {entry.get('id')!r}"))
     runs: list[RunResult] = []
     notes: list[str] = []
+    failed = stale_runs = 0
     for s in seeds:
         path = out / str(entry["id"]) / lib / f"seed{s}"
         got = _read_run(path, int(s), budget)
-        if isinstance(got, str):
+        if isinstance(got, _NotCounted):
+            note = got.note
             # A run that crashed (diverged, out of memory...) is not a run still under way: say so,
             # since leaving it out of the statistics favours the library whose bad seeds crash.
             code = (exits or {}).get((str(entry["id"]), lib, int(s)))
-            if code is not None and code != 0 and "unfinished" in got:
-                what = "interrupted" if code in (130, -2) else "failed"
-                got += f"; its last attempt {what} (exit status {code}, see {entry['id']}/{lib}/{path.name}/benchmark.log)"
-            notes.append(got)
+            if code is not None and code != 0 and got.unfinished:
+                interrupted = code in (130, -2)
+                what = "interrupted" if interrupted else "failed"
+                failed += 0 if interrupted else 1
+                note += f"; its last attempt {what} (exit status {code}, see {entry['id']}/{lib}/{path.name}/benchmark.log)"
+            notes.append(note)
             continue
         differences = stale(path) if stale is not None else None
         if differences:
+            stale_runs += 1
             notes.append(f"seed {s}: stale: made by another recipe ({differences}); rerun with "
                           "`benchmark run ... rerun_stale=true`")
         else:
@@ -234,7 +261,8 @@ def _lib_result(
         final = Estimate(float(point[0]), float(low[0]), float(high[0]))
     thresholds = [float(t) for t in entry.get("thresholds") or []]
     rate = float(np.median([run.steps_per_s for run in runs])) if runs else math.nan
-    return LibResult(lib, runs, len(seeds), final, [_reach(runs, t) for t in thresholds], rate, notes)
+    return LibResult(lib, runs, len(seeds), final, [_reach(runs, t) for t in thresholds], rate, notes,
+                     failed=failed, stale=stale_runs)
 
 
 def _sb3_best(results: Sequence[LibResult]) -> LibResult | None:
@@ -601,13 +629,10 @@ def write_report(
         per_entry.append((entry, results))
     configs = [read_json_object(run.path / "config.json") for _, results in per_entry
                for r in results for run in r.runs]
-    # An entry with no finished run of any library (and no failed attempt to report) is one name in
-    # a "not run yet" line, not rows of n/a and an empty figure: a table in progress stays readable.
-    def _shown(results: Sequence[LibResult]) -> bool:
-        return any(r.runs or any("failed" in note or "stale:" in note for note in r.notes) for r in results)
-
-    pending = [str(entry["id"]) for entry, results in per_entry if not _shown(results)]
-    per_entry = [(entry, results) for entry, results in per_entry if _shown(results)]
+    # An entry with nothing to show for any library (no finished run, failed attempt or stale run) is
+    # one name in a "not run yet" line, not rows of n/a and an empty figure: a table in progress stays readable.
+    pending = [str(entry["id"]) for entry, results in per_entry if not any(r.reportable for r in results)]
+    per_entry = [(entry, results) for entry, results in per_entry if any(r.reportable for r in results)]
     finished = sum(len(r.runs) for _, results in per_entry for r in results)
     planned = sum(r.expected for _, results in per_entry for r in results) + sum(
         len(seeds) * len(_entry_libs(entry, libs)) for entry in entries if str(entry["id"]) in pending)
