@@ -366,3 +366,38 @@ def test_what_an_entry_shows_is_counted_not_searched_in_the_notes(tmp_path: Path
     assert "- sb3_default seed 0: unfinished (no summary.json yet); its last attempt failed (exit status 1" in text
     unreadable = next(line for line in text.splitlines() if line.startswith("- robolearn seed 0: unreadable ("))
     assert "metrics.csv" in unreadable and "its last attempt" not in unreadable
+
+
+def test_cli_report_says_each_reason_a_run_went_unchecked_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import logging
+
+    from robolearn.cli import commands
+    from robolearn.cli.benchmark import main as benchmark_main
+
+    out = tmp_path / "out"
+    table = {**TABLE, "seeds": [0, 1], "entries": [{**TABLE["entries"][0], "experiment": "gone_recipe"}]}
+    for lib in ("robolearn", "sb3_default", "sb3_zoo"):
+        for seed in (0, 1):
+            write_run(out / "alpha_ppo" / lib / f"seed{seed}", lib, seed, 0.01, [50, 150, 320, 400])
+    (out / "table.json").write_text(json.dumps(table))
+    calls: list[list[str]] = []
+    real = commands.compose_config
+    monkeypatch.setattr(commands, "compose_config", lambda name, args: calls.append(list(args)) or real(name, args))
+    caplog.set_level(logging.INFO)
+    assert benchmark_main(["report", f"out={out}", f"results={tmp_path / 'R.md'}", f"figures={tmp_path / 'fig'}"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    # The recipe is gone: every run went unchecked, for two reasons (Hydra cannot compose it for the
+    # robolearn runs, the file cannot be read for the SB3 runs' task overrides), each said once.
+    assert [w.split(" (")[0] for w in warnings] == [
+        "warning: not checked for a changed recipe, reported as they are: alpha_ppo/robolearn/seed0, "
+        "alpha_ppo/robolearn/seed1",
+        "warning: not checked for a changed recipe, reported as they are: alpha_ppo/sb3_default/seed0, "
+        "alpha_ppo/sb3_default/seed1, alpha_ppo/sb3_zoo/seed0, alpha_ppo/sb3_zoo/seed1",
+    ], warnings
+    assert "experiment gone_recipe cannot be composed" in warnings[0] and "gone_recipe.yaml" in warnings[1]
+    assert len(calls) == 1  # a composition that failed is not tried again for the next seed
+    assert not [r for r in caplog.records if r.name == "absl"]  # rliable's per-interval INFO lines
+    assert "| alpha_ppo | robolearn | 2/2 |" in (tmp_path / "R.md").read_text()  # reported as they are

@@ -988,9 +988,30 @@ def test_sb3_settings_are_computed_once_per_entry_and_lib_in_one_check(
     # 9 runs compared (3 selected, 6 elsewhere), each configuration's settings computed once.
     assert sorted(calls) == ["a/sb3_default/seed0", "a/sb3_zoo/seed0", "b/sb3_default/seed0"]
     calls.clear()
-    check = cli_benchmark.stale_check(table, out)  # the report's check: once per configuration too
+    check = cli_benchmark.RecipeCheck(table, out)  # the report's check: once per configuration too
     assert [check(r.run_dir) for r in sb3_runs] == [None if r != odd else "n_envs: was 4, now 8" for r in sb3_runs]
     assert len(calls) == 3
+
+
+def test_runs_outside_the_selection_that_cannot_be_checked_are_warned_of_once_per_reason(
+    tmp_path: Path, smoke: Table, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    out = tmp_path / "out"
+    others = plan(smoke, out, seeds=[1], libs=["robolearn"])
+    for run in others:
+        _finished(run.run_dir, {"algo": {"name": run.entry.algo}}, run.entry.env_steps)
+    (out / "table.json").write_text(json.dumps(smoke.to_dict()))
+
+    def cannot(run: Run) -> Mapping[str, Any]:
+        raise TableError("no Hydra here")
+
+    caplog.set_level(logging.WARNING, logger=schedule.__name__)
+    result = run_benchmark(smoke, out, dry_run=True, seeds=[0], libs=["robolearn"], composed=cannot)
+    assert result.stale_elsewhere == [] and len(others) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{', '.join(r.name for r in others)}: not selected, and cannot be checked for a changed recipe: no Hydra here"]
 
 
 def test_the_report_reads_seed_folders_only_not_those_set_aside(tmp_path: Path, smoke: Table) -> None:
@@ -1041,7 +1062,7 @@ def test_the_report_leaves_a_stale_run_out_and_lists_it_under_its_entry(
             "`benchmark run ... rerun_stale=true`") in stale
     # The command line's check: the run's config.json against the recipe (here its file, as composed).
     monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)
-    check = cli_benchmark.stale_check(smoke, out)
+    check = cli_benchmark.RecipeCheck(smoke, out)
     (run.run_dir / "config.json").unlink()
     assert check(run.run_dir) is None  # no config.json: its recipe is unknown, the run is reported
     (run.run_dir / "config.json").write_text(json.dumps({"algo": {"name": "ppo"}, "task_overrides": {}}))

@@ -1128,16 +1128,19 @@ def _checked_stale(
         raise stale_error(stale, out)
     chosen = {r.run_dir for r, _ in planned}
     elsewhere: list[StaleRun] = []
+    unchecked: dict[str, list[str]] = {}  # why -> the runs: a missing recipe stops all its runs alike
     for run in plan(table, out):
         if run.run_dir in chosen or not run.run_dir.is_dir():
             continue
         try:
             found, unreadable = find_stale([(run, run_state(run))], composed, sb3_wanted)
         except (TableError, ImportError) as exc:  # not selected: its recipe (or SB3) cannot stop this call
-            log.warning("%s: not selected, and cannot be checked for a changed recipe: %s", run.name, exc)
+            unchecked.setdefault(str(exc), []).append(run.name)
             continue
         elsewhere += found
         unknown += unreadable
+    for why, names in unchecked.items():
+        log.warning("%s: not selected, and cannot be checked for a changed recipe: %s", ", ".join(names), why)
     for item in elsewhere:
         log.warning("%s: stale, not selected so left as it is (the report leaves it out): %s; rerun it with "
                     "`benchmark run ... rerun_stale=true` and a selection that includes it",

@@ -14,7 +14,7 @@ changed default counts; settings that do not change training (video, checkpoint 
 do not. Every run of the table is checked: a stale run outside ``entries``/``libs``/``seeds`` is
 left as it is, with a warning. A finished run short of a raised budget without a checkpoint is set
 aside as ``seed<S>.short-<UTC time>`` before it reruns. ``benchmark report`` leaves stale runs out of
-the statistics and lists them under their entry (:func:`stale_check`).
+the statistics and lists them under their entry (:class:`RecipeCheck`).
 
 ``robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]`` writes the
 results page from the run directories and ``<out>/table.json`` (:mod:`robolearn.benchmark.report`).
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -158,8 +159,10 @@ def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
     One composition per distinct command less its seed and run dir (both are the benchmark's per-run
     keys, not compared), so in practice one per experiment: a composition takes about a second. Hydra
     is imported on the first call only: a table with no done or resumable robolearn run never composes.
+    A composition that fails is not tried again: every run of that command gets the same error, which
+    names the experiment (not the run: the caller says which runs it concerns).
     """
-    cache: dict[tuple[str, ...], dict[str, Any]] = {}
+    cache: dict[tuple[str, ...], dict[str, Any] | TableError] = {}
 
     def composed(run: Run) -> dict[str, Any]:
         cmd = command(run, table, RunState.FRESH)
@@ -175,34 +178,46 @@ def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
             try:
                 cache[key] = train_config_to_dict(job_train_config(compose_config("train", args), args))
             except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
-                raise TableError(f"{run.name}: experiment {run.entry.experiment} cannot be composed to compare the "
-                                 f"run with it ({exc})") from None
-        return cache[key]
+                cache[key] = TableError(f"experiment {run.entry.experiment} cannot be composed to compare its runs "
+                                        f"with it ({exc})")
+        got = cache[key]
+        if isinstance(got, TableError):
+            raise TableError(str(got))  # a new exception each time: one raised carries its traceback along
+        return got
 
     return composed
 
 
-def stale_check(table: Table, out: Path) -> Callable[[Path], str | None]:
-    """For the report: a finished run's differences from what ``table``'s command gives it now (as
-    ``benchmark run``'s stale check finds them), ``None`` when there are none or they cannot be
-    found (a recipe that no longer composes, SB3 missing: a warning, and the run is reported).
+class RecipeCheck:
+    """For the report: a finished run's differences from what a table's command gives it now (as
+    ``benchmark run``'s stale check finds them), ``None`` when there are none or they cannot be found
+    (a recipe that no longer composes, SB3 missing: the run is reported, and :meth:`warnings` says so).
     """
-    runs = {run.run_dir: run for run in plan(table, out)}
-    composed = composer(table)
-    sb3_wanted: SB3Settings = {}  # an SB3 configuration's seeds share what they are compared with
 
-    def check(path: Path) -> str | None:
-        run = runs.get(path)
+    def __init__(self, table: Table, out: Path) -> None:
+        self._runs = {run.run_dir: run for run in plan(table, out)}
+        self._composed = composer(table)
+        self._sb3_wanted: SB3Settings = {}  # an SB3 configuration's seeds share what they are compared with
+        self._unchecked: dict[str, list[str]] = {}  # why -> the runs it kept from being checked
+
+    def __call__(self, path: Path) -> str | None:
+        """The differences of the run in ``path`` (``key: was X, now Y``, joined by ``; ``), or ``None``."""
+        run = self._runs.get(path)
         if run is None:
             return None
         try:
-            differences = recipe_differences(run, composed, sb3_wanted)
+            differences = recipe_differences(run, self._composed, self._sb3_wanted)
         except (TableError, ImportError) as exc:
-            print(f"warning: {run.name}: not checked for a changed recipe ({exc})", file=sys.stderr)
+            self._unchecked.setdefault(str(exc), []).append(run.name)
             return None
         return "; ".join(map(str, differences)) if differences else None
 
-    return check
+    def warnings(self) -> list[str]:
+        """One line per distinct reason a run was not checked, with the runs it concerns (a missing
+        recipe or SB3 stops every run of an entry alike: said once, not once per seed).
+        """
+        return [f"warning: not checked for a changed recipe, reported as they are: {', '.join(names)} ({why})"
+                for why, names in self._unchecked.items()]
 
 
 def report_command(settings: dict[str, str]) -> int:
@@ -224,8 +239,13 @@ def report_command(settings: dict[str, str]) -> int:
     _writable_folder("figures", figures, figures)
     from robolearn.benchmark.report import write_report  # matplotlib and rliable only when reporting
 
+    # rliable logs one INFO line per interval through absl (a few per entry); the page has the intervals.
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    check = RecipeCheck(table, out)
     # The table as its YAML mapping (zoo_reference.return spelt as in the table file).
-    written = write_report(table.to_dict(), out, results, figures, stale=stale_check(table, out))
+    written = write_report(table.to_dict(), out, results, figures, stale=check)
+    for line in check.warnings():
+        print(line, file=sys.stderr)
     print(f"wrote {written}")
     return 0
 
@@ -333,7 +353,7 @@ def _fail(command: str, message: str) -> int:
     return 2
 
 
-__all__ = ["composer", "main", "parse_settings", "report_command", "run_command", "stale_check"]
+__all__ = ["RecipeCheck", "composer", "main", "parse_settings", "report_command", "run_command"]
 
 if __name__ == "__main__":
     sys.exit(main())
