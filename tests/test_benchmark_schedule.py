@@ -1228,6 +1228,33 @@ def test_a_finished_run_short_of_a_raised_budget_without_a_checkpoint_is_set_asi
     assert json.loads((run.run_dir / "child.json").read_text())["files"] == ["benchmark.log"]
 
 
+def test_a_run_with_an_unreadable_summary_is_set_aside_under_a_name_that_says_so(
+    tmp_path: Path, fake: Path, smoke: Table, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from robolearn.cli.benchmark import _print_outcome, _print_plan
+
+    out = tmp_path / "out"
+    selection: dict[str, Any] = {"seeds": [0], "libs": ["robolearn"], "entries": ["cartpole_sac"]}
+    run = plan(smoke, out, **selection)[0]
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "summary.json").write_text('{"env_steps": 40')  # a write cut short: not JSON
+    (out / "table.json").write_text(json.dumps(smoke.to_dict()))
+    old = _files(run.run_dir)
+    assert run_state(run) is RunState.FRESH
+    dry = run_benchmark(smoke, out, dry_run=True, **selection)
+    assert (dry.unreadable, dry.short, dry.aside) == ([run], [], {}) and _files(run.run_dir) == old
+    _print_plan(dry)
+    assert (f"unreadable: {run.run_dir / 'summary.json'} cannot be read and there is no checkpoint: set aside as "
+            "seed0.unreadable-<UTC time>, then fresh") in capsys.readouterr().out
+    result = run_benchmark(smoke, out, launcher=FakeLauncher(fake), **selection)
+    moved = result.aside[run.run_dir]
+    assert re.fullmatch(r"seed0\.unreadable-\d{8}T\d{6}", moved.name) and _files(moved) == old
+    assert (result.unreadable, result.short, [r.state for r in result.records]) == ([run], [], ["fresh"])
+    assert _print_outcome(result, out) == 0
+    assert f"cannot be read and there is no checkpoint, its folder set aside as {moved}): {run.run_dir}" in (
+        capsys.readouterr().out)
+
+
 def test_a_stale_run_outside_the_selection_is_warned_of_and_a_refused_table_is_not_written(
     mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -37,6 +37,8 @@ starts fresh. A stale run outside the selection is left as it is, with a warning
 it out). A done or resumable run without a readable ``config.json`` (its recipe is unknown) is kept,
 with a warning. A run that finished short of a raised budget and has no checkpoint to resume from is
 set aside as ``seed<S>.short-<UTC time>`` before it starts again: a finished result is never deleted.
+Nor is one whose ``summary.json`` cannot be read (not JSON, or without ``env_steps``: a write cut
+short) and that has no checkpoint: set aside as ``seed<S>.unreadable-<UTC time>``, then run fresh.
 """
 
 from __future__ import annotations
@@ -181,7 +183,12 @@ class BenchmarkResult:
     """Selected runs that finished short of a raised budget without a checkpoint to resume from: set
     aside (``seed<S>.short-<UTC time>``) and run fresh (a dry run lists those it would set aside)."""
     aside: dict[Path, Path] = dataclasses.field(default_factory=dict)
-    """Each folder set aside (a stale or short run's ``seed<S>``) and where it went; empty for a dry run."""
+    """Each folder set aside (a stale, short or unreadable run's ``seed<S>``) and where it went; empty
+    for a dry run."""
+    unreadable: list[Run] = dataclasses.field(default_factory=list)
+    """Selected runs whose ``summary.json`` cannot be read (not JSON, or no ``env_steps``) without a
+    checkpoint to resume from: set aside (``seed<S>.unreadable-<UTC time>``) and run fresh (a dry run
+    lists those it would set aside)."""
 
     @property
     def stopped(self) -> list[RunRecord]:
@@ -355,6 +362,16 @@ SHORT_SUFFIX = ".short-"
 """A finished run that cannot reach a raised budget (no checkpoint to resume from) is set aside as
 ``seed<S>.short-<UTC yyyymmddThhmmss>``: it is not stale (its recipe may be the table's), it is a
 finished result of a smaller budget, kept rather than deleted before the run starts again."""
+UNREADABLE_SUFFIX = ".unreadable-"
+"""A run folder whose ``summary.json`` cannot be read (not JSON, or without ``env_steps``) and that has
+no checkpoint to resume from is set aside as ``seed<S>.unreadable-<UTC yyyymmddThhmmss>``: whether it
+finished is unknown, so it is kept, under a name that says why, before the run starts again."""
+_ASIDE_WHY: dict[str, str] = {
+    STALE_SUFFIX: "stale",
+    SHORT_SUFFIX: "finished short of the raised budget, without a checkpoint",
+    UNREADABLE_SUFFIX: "its summary.json cannot be read, and it has no checkpoint",
+}
+"""Why a folder is set aside, by its suffix (the warning of :func:`set_aside_all`)."""
 ComposedConfig = Callable[[Run], Mapping[str, Any]]
 """The whole ``config.json`` a robolearn run would get now from the table's fresh command (what
 ``robolearn train`` composes: the recipe, its defaults, the algorithm's and runner's defaults).
@@ -693,8 +710,7 @@ def set_aside_all(
         targets.append(aside_target(run, out, when, suffix, frozenset(targets)))
     for (run, suffix), target in zip(moves, targets, strict=True):
         os.rename(run.run_dir.resolve(), target)
-        what = "stale" if suffix == STALE_SUFFIX else "finished short of the raised budget, without a checkpoint"
-        log.warning("%s: %s, set aside as %s; it starts fresh", run.name, what, target)
+        log.warning("%s: %s, set aside as %s; it starts fresh", run.name, _ASIDE_WHY[suffix], target)
     return targets
 
 
@@ -1090,8 +1106,8 @@ def run_benchmark(
         planned = [(r, run_state(r)) for r in runs]
         stale, elsewhere, unknown = _checked_stale(table, out, planned, rerun_stale, composed)
         planned = _fresh_if_stale(planned, stale)
-        short = [r for r, s in planned if s is RunState.FRESH and holds_result(r)]
-        return BenchmarkResult(planned, [], False, stale, unknown, elsewhere, short)
+        short, unreadable = _finished_fresh(planned, stale)
+        return BenchmarkResult(planned, [], False, stale, unknown, elsewhere, short, unreadable=unreadable)
     with out_lock(out) as record_children:
         old = check_out(table, out)  # again under the lock: another process may have written it meanwhile
         planned = [(r, run_state(r)) for r in runs]
@@ -1099,11 +1115,9 @@ def run_benchmark(
         if old != table.to_dict():
             write_table(table, out)
         planned = _fresh_if_stale(planned, stale)
-        stale_dirs = {s.run.run_dir for s in stale}
-        # A fresh run whose folder holds a finished result (its budget was raised and it has no
-        # checkpoint to resume from) is set aside, not cleared: a result is never deleted.
-        short = [r for r, s in planned if s is RunState.FRESH and r.run_dir not in stale_dirs and holds_result(r)]
-        moves = [(s.run, STALE_SUFFIX) for s in stale] + [(r, SHORT_SUFFIX) for r in short]
+        short, unreadable = _finished_fresh(planned, stale)
+        moves = ([(s.run, STALE_SUFFIX) for s in stale] + [(r, SHORT_SUFFIX) for r in short]
+                 + [(r, UNREADABLE_SUFFIX) for r in unreadable])
         # All before any run starts: an interrupt leaves no stale run behind.
         targets = set_aside_all(moves, out)
         aside = {run.run_dir: target for (run, _), target in zip(moves, targets, strict=True)}
@@ -1112,7 +1126,7 @@ def run_benchmark(
         records, interrupted = _execute(
             table, out, todo, len(planned), jobs, progress, launcher, poll_s, where, record_children
         )
-    return BenchmarkResult(planned, records, interrupted, stale, unknown, elsewhere, short, aside)
+    return BenchmarkResult(planned, records, interrupted, stale, unknown, elsewhere, short, aside, unreadable)
 
 
 def _checked_stale(
@@ -1149,6 +1163,19 @@ def _checked_stale(
         log.warning("%s: %s has no readable config.json: its recipe is unknown, so it is kept as it is",
                     run.name, run.run_dir)
     return stale, elsewhere, unknown
+
+
+def _finished_fresh(
+    planned: Sequence[tuple[Run, RunState]], stale: Sequence[StaleRun]
+) -> tuple[list[Run], list[Run]]:
+    """The fresh runs, not stale, whose folder holds a ``summary.json`` (:func:`holds_result`): those
+    whose summary is short of the budget (raised since; no checkpoint to resume from), and those whose
+    summary cannot be read. Both are set aside, not cleared: a result is never deleted.
+    """
+    stale_dirs = {s.run.run_dir for s in stale}
+    held = [r for r, s in planned if s is RunState.FRESH and r.run_dir not in stale_dirs and holds_result(r)]
+    short = [r for r in held if summary_env_steps(r.run_dir) is not None]
+    return short, [r for r in held if summary_env_steps(r.run_dir) is None]
 
 
 def _fresh_if_stale(planned: Sequence[tuple[Run, RunState]], stale: Sequence[StaleRun]) -> list[tuple[Run, RunState]]:

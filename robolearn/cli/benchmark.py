@@ -13,7 +13,8 @@ command composes now (:func:`composer`: Hydra, as ``robolearn train``), so a del
 changed default counts; settings that do not change training (video, checkpoint cadence, console)
 do not. Every run of the table is checked: a stale run outside ``entries``/``libs``/``seeds`` is
 left as it is, with a warning. A finished run short of a raised budget without a checkpoint is set
-aside as ``seed<S>.short-<UTC time>`` before it reruns. ``benchmark report`` leaves stale runs out of
+aside as ``seed<S>.short-<UTC time>`` before it reruns, one whose ``summary.json`` cannot be read as
+``seed<S>.unreadable-<UTC time>``. ``benchmark report`` leaves stale runs out of
 the statistics and lists them under their entry (:class:`RecipeCheck`).
 
 ``robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]`` writes the
@@ -267,6 +268,9 @@ def _print_plan(result: BenchmarkResult) -> None:
     for run in result.short:
         print(f"short: {run.run_dir} finished short of the budget without a checkpoint: set aside as "
               f"{run.run_dir.name}.short-<UTC time>, then fresh")
+    for run in result.unreadable:
+        print(f"unreadable: {run.run_dir / 'summary.json'} cannot be read and there is no checkpoint: set aside "
+              f"as {run.run_dir.name}.unreadable-<UTC time>, then fresh")
     _print_elsewhere(result, sys.stdout)
     _print_unknown(result)
 
@@ -282,6 +286,9 @@ def _print_outcome(result: BenchmarkResult, out: Path) -> int:
     for run in result.short:
         print(f"rerun (finished short of the budget without a checkpoint, its folder set aside as "
               f"{result.aside[run.run_dir]}): {run.run_dir}")
+    for run in result.unreadable:
+        print(f"rerun ({run.run_dir / 'summary.json'} cannot be read and there is no checkpoint, its folder set "
+              f"aside as {result.aside[run.run_dir]}): {run.run_dir}")
     _print_elsewhere(result)
     _print_unknown(result)
     for record in result.failed:
