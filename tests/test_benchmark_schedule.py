@@ -851,7 +851,7 @@ def test_rerun_stale_sets_the_folder_aside_and_starts_the_run_fresh(
     assert _files(aside[0]) == old_files
 
 
-def test_set_aside_names_the_folder_by_utc_time_and_never_overwrites(tmp_path: Path, smoke: Table) -> None:
+def test_set_aside_all_names_the_folder_by_utc_time_and_never_overwrites(tmp_path: Path, smoke: Table) -> None:
     import datetime as dt
 
     run = plan(smoke, tmp_path / "out")[0]
@@ -859,14 +859,14 @@ def test_set_aside_names_the_folder_by_utc_time_and_never_overwrites(tmp_path: P
     for expected in ("seed0.stale-20260102T030405", "seed0.stale-20260102T030405-1"):
         run.run_dir.mkdir(parents=True)
         (run.run_dir / "summary.json").write_text(expected)
-        moved = schedule.set_aside(run, tmp_path / "out", when)
+        moved, = schedule.set_aside_all([(run, schedule.STALE_SUFFIX)], tmp_path / "out", when)
         assert moved.name == expected and (moved / "summary.json").read_text() == expected
     with pytest.raises(TableError, match=r"cartpole_ppo/robolearn/seed0: .* is not inside out="):
-        schedule.set_aside(run, tmp_path / "elsewhere", when)
+        schedule.set_aside_all([(run, schedule.STALE_SUFFIX)], tmp_path / "elsewhere", when)
     # A time of another zone is named in UTC (03:04:05 at UTC+2 is 01:04:05 UTC).
     run.run_dir.mkdir(parents=True)
     later = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2)))
-    assert schedule.set_aside(run, tmp_path / "out", later).name == "seed0.stale-20260102T010405"
+    assert schedule.set_aside_all([(run, schedule.STALE_SUFFIX)], tmp_path / "out", later)[0].name == "seed0.stale-20260102T010405"
     # Every target is checked before any folder moves: one that cannot be set aside moves none.
     first, second = plan(smoke, tmp_path / "out")[:2]
     first.run_dir.mkdir(parents=True)
@@ -1025,7 +1025,7 @@ def test_the_report_reads_seed_folders_only_not_those_set_aside(tmp_path: Path, 
         logger.log({"env_steps": 1000.0, "time/train_s": 10.0, "eval/return": 987.0}, step=1000)
     (run.run_dir / "summary.json").write_text(json.dumps({"env_steps": 1000, "train_time_s": 10.0}))
     (run.run_dir / "config.json").write_text(json.dumps({"algo": {"name": "sac"}}))  # a run directory needs one
-    schedule.set_aside(run, out)
+    schedule.set_aside_all([(run, schedule.STALE_SUFFIX)], out)
     (out / "table.json").write_text(json.dumps(smoke.to_dict()))
     page = write_report(smoke.to_dict(), out, tmp_path / "RESULTS.md", tmp_path / "figures", reps=20).read_text()
     # Read, the run set aside would give cartpole_sac a row with a final return of 987.

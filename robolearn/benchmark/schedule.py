@@ -357,7 +357,7 @@ checkpoints are written and how many are kept (a resumed run restarts from the s
 WHOLE_KEYS: frozenset[str] = frozenset({"task_overrides", "sim_options"})
 """Mappings of a run's config compared as one value (an override removed matters as much as one changed)."""
 STALE_SUFFIX = ".stale-"
-"""A stale run's folder set aside is ``seed<S>.stale-<UTC yyyymmddThhmmss>`` (:func:`set_aside`)."""
+"""A stale run's folder set aside is ``seed<S>.stale-<UTC yyyymmddThhmmss>`` (:func:`set_aside_all`)."""
 SHORT_SUFFIX = ".short-"
 """A finished run that cannot reach a raised budget (no checkpoint to resume from) is set aside as
 ``seed<S>.short-<UTC yyyymmddThhmmss>``: it is not stale (its recipe may be the table's), it is a
@@ -666,9 +666,8 @@ def stale_error(stale: Sequence[StaleRun], out: Path) -> TableError:
     )
 
 
-def aside_target(run: Run, out: Path, when: _dt.datetime, suffix: str = STALE_SUFFIX,
-                 taken: frozenset[Path] = frozenset()) -> Path:
-    """Where :func:`set_aside` would move ``run``'s folder: ``seed<S><suffix><UTC yyyymmddThhmmss>``
+def _aside_target(run: Run, out: Path, when: _dt.datetime, suffix: str, taken: frozenset[Path]) -> Path:
+    """Where :func:`set_aside_all` moves ``run``'s folder: ``seed<S><suffix><UTC yyyymmddThhmmss>``
     next to it, with ``-1``, ``-2``, ... when that name exists or is in ``taken``.
 
     Raises:
@@ -692,7 +691,7 @@ def aside_target(run: Run, out: Path, when: _dt.datetime, suffix: str = STALE_SU
 def set_aside_all(
     moves: Sequence[tuple[Run, str]], out: Path, when: _dt.datetime | None = None
 ) -> list[Path]:
-    """Rename each ``(run, suffix)``'s folder to its :func:`aside_target`; return the new paths, in order.
+    """Rename each ``(run, suffix)``'s folder to its :func:`_aside_target`; return the new paths, in order.
 
     Every target is computed and checked before any folder is renamed, so a folder that cannot be
     set aside leaves all of them where they were. Nothing is deleted.
@@ -707,26 +706,17 @@ def set_aside_all(
         raise TableError(f"{twice}: asked to set this run folder aside twice")
     targets: list[Path] = []
     for run, suffix in moves:
-        targets.append(aside_target(run, out, when, suffix, frozenset(targets)))
+        targets.append(_aside_target(run, out, when, suffix, frozenset(targets)))
     for (run, suffix), target in zip(moves, targets, strict=True):
         os.rename(run.run_dir.resolve(), target)
         log.warning("%s: %s, set aside as %s; it starts fresh", run.name, _ASIDE_WHY[suffix], target)
     return targets
 
 
-def set_aside(run: Run, out: Path, when: _dt.datetime | None = None, suffix: str = STALE_SUFFIX) -> Path:
-    """Rename one run's folder to ``seed<S><suffix><UTC yyyymmddThhmmss>`` next to it (a ``-1``,
-    ``-2``, ... suffix if that name is taken); return the new path. Nothing is deleted.
-
-    Raises:
-        TableError: the folder is not inside ``out``, or is not a folder.
-    """
-    return set_aside_all([(run, suffix)], out, when)[0]
-
-
-def holds_result(run: Run) -> bool:
+def _holds_result(run: Run) -> bool:
     """Whether the run folder holds a finished result (a ``summary.json``, readable or not): such a
-    folder is set aside (:data:`SHORT_SUFFIX`), never cleared, when its run must start fresh.
+    folder is set aside (:data:`SHORT_SUFFIX`, :data:`UNREADABLE_SUFFIX`), never cleared, when its run
+    must start fresh.
     """
     return (run.run_dir / "summary.json").exists()
 
@@ -1034,13 +1024,13 @@ def clear_run_dir(run: Run, out: Path) -> None:
     """Remove a fresh run's partial files: its whole directory, which only the benchmark writes.
 
     Raises:
-        TableError: the folder is outside ``out`` or holds a finished result (:func:`holds_result`:
+        TableError: the folder is outside ``out`` or holds a finished result (:func:`_holds_result`:
             :func:`run_benchmark` sets those aside first; this guard keeps a finished run from rmtree).
     """
     path = run.run_dir.resolve()
     if Path(out).resolve() not in path.parents:  # a guard: never delete outside the output folder
         raise TableError(f"{run.name}: {path} is not inside out={out}; the benchmark deletes nothing outside its folder")
-    if holds_result(run):
+    if _holds_result(run):
         raise TableError(f"{run.name}: {path} holds a summary.json (a finished run); not deleting it")
     if path.exists():
         shutil.rmtree(path)
@@ -1168,12 +1158,12 @@ def _checked_stale(
 def _finished_fresh(
     planned: Sequence[tuple[Run, RunState]], stale: Sequence[StaleRun]
 ) -> tuple[list[Run], list[Run]]:
-    """The fresh runs, not stale, whose folder holds a ``summary.json`` (:func:`holds_result`): those
+    """The fresh runs, not stale, whose folder holds a ``summary.json`` (:func:`_holds_result`): those
     whose summary is short of the budget (raised since; no checkpoint to resume from), and those whose
     summary cannot be read. Both are set aside, not cleared: a result is never deleted.
     """
     stale_dirs = {s.run.run_dir for s in stale}
-    held = [r for r, s in planned if s is RunState.FRESH and r.run_dir not in stale_dirs and holds_result(r)]
+    held = [r for r, s in planned if s is RunState.FRESH and r.run_dir not in stale_dirs and _holds_result(r)]
     short = [r for r in held if summary_env_steps(r.run_dir) is not None]
     return short, [r for r in held if summary_env_steps(r.run_dir) is None]
 
@@ -1351,7 +1341,6 @@ __all__ = [
     "command",
     "find_stale",
     "flat_config",
-    "holds_result",
     "not_compared",
     "launch",
     "plan",
@@ -1364,9 +1353,7 @@ __all__ = [
     "run_state",
     "same_value",
     "sb3_settings",
-    "set_aside",
     "set_aside_all",
-    "aside_target",
     "stale_error",
     "table_problems",
 ]
