@@ -174,3 +174,28 @@ def test_entry_checks_run_without_a_file() -> None:
         Entry(id="a", task="T", algo="ppo", experiment="e", env_steps=1, eval_every=0)
     with pytest.raises(ValueError, match=r"thresholds: expected finite numbers, got nan"):
         Entry(id="a", task="T", algo="ppo", experiment="e", env_steps=1, eval_every=1, thresholds=(float("nan"),))
+
+
+def test_a_recipe_is_read_as_hydra_reads_it_and_its_algorithm_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.benchmark import table
+
+    assert table.recipe_algo(table.read_recipe("cartpole_sac")) == "sac"  # a shipped recipe
+    recipes = tmp_path / "experiment"
+    recipes.mkdir()
+    monkeypatch.setattr(table, "experiments_dir", lambda: recipes)
+    (recipes / "a.yaml").write_text("defaults:\n  - override /algo: sac\nalgo:\n  learning_rate: 3e-4\n")
+    (recipes / "b.yaml").write_text("defaults:\n  - _self_\n  - algo: ppo\n")
+    (recipes / "c.yaml").write_text("task: Hopper\n")
+    (recipes / "d.yaml").write_text("- a list\n")
+    assert table.read_recipe("a")["algo"] == {"learning_rate": 0.0003}  # a float, as Hydra reads 3e-4
+    assert [table.recipe_algo(table.read_recipe(n)) for n in "abc"] == ["sac", "ppo", None]
+    with pytest.raises(TableError, match=r"experiment d \(.*d\.yaml\): expected a mapping of config keys, got list"):
+        table.read_recipe("d")
+    with pytest.raises(TableError, match=r"experiment gone \(.*gone\.yaml\): cannot be read as YAML"):
+        table.read_recipe("gone")
+    # The table's own check reads it the same way, naming the entry's field.
+    spec = {**smoke_dict(), "entries": [{**smoke_dict()["entries"][0], "experiment": "d"}]}
+    with pytest.raises(TableError, match=r"entries\[0\] \(cartpole_ppo\)\.experiment: experiment d .*got list"):
+        table_from_dict(spec, "t")

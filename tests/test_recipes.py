@@ -28,11 +28,18 @@ from typing import Any
 
 import pytest
 import torch
-import yaml
 
 from robolearn import load_policy
 from robolearn.benchmark import sb3_run
-from robolearn.benchmark.table import Entry, Table, experiments_dir, load_table, table_names
+from robolearn.benchmark.table import (
+    Entry,
+    Table,
+    experiments_dir,
+    load_table,
+    read_recipe,
+    recipe_algo,
+    table_names,
+)
 from robolearn.cli.commands import compose_config, train_job
 from robolearn.cli.config import TrainConfig, train_config_from_dict
 
@@ -87,21 +94,6 @@ def _recipe_config(experiment: str) -> TrainConfig:
     """``experiment`` composed as ``robolearn train experiment=<experiment>`` composes it (cached: a
     composition costs about a second on a loaded machine)."""
     return train_config_from_dict(compose_config("train", [f"experiment={experiment}"]))
-
-
-def _recipe_file(experiment: str) -> dict[str, Any]:
-    """The recipe YAML exactly as written (what the run must show, unless the test overrode it)."""
-    return yaml.safe_load((experiments_dir() / f"{experiment}.yaml").read_text())
-
-
-def _recipe_algo(recipe: dict[str, Any]) -> str | None:
-    """The algorithm a recipe file picks (``defaults: [override /algo: <name>]``), if it picks one."""
-    for item in recipe.get("defaults") or []:
-        if isinstance(item, dict):
-            for key, value in item.items():
-                if key.split()[-1].strip("/") == "algo":
-                    return str(value)
-    return None
 
 
 def _tiny_overrides(entry: Entry, run_dir: Path) -> list[str]:
@@ -166,7 +158,7 @@ def test_robots_table_runs_the_robot_recipes_against_sb3_defaults() -> None:
 def test_every_ppo_and_sac_recipe_is_in_a_published_table() -> None:
     """A PPO or SAC recipe that lands joins a published table, or says here why it does not."""
     tabled = {e.experiment for _, e in ENTRIES}
-    recipes = {p.stem: _recipe_algo(_recipe_file(p.stem)) for p in experiments_dir().glob("*.yaml")}
+    recipes = {p.stem: recipe_algo(read_recipe(p.stem)) for p in experiments_dir().glob("*.yaml")}
     online = {name for name, algo in recipes.items() if algo in ("ppo", "sac")}
     missing = sorted(online - tabled - set(NOT_IN_A_TABLE))
     assert not missing, f"PPO/SAC recipes in no published table: {missing}; add an entry or a reason to NOT_IN_A_TABLE"
@@ -217,7 +209,7 @@ def test_recipe_trains_into_a_run_dir(table: str, entry: Entry, tmp_path: Path) 
     assert Path(row[0]) == run_dir
 
     config = json.loads((run_dir / "config.json").read_text())
-    recipe = _recipe_file(entry.experiment)
+    recipe = read_recipe(entry.experiment)  # as written: what the run must show, unless overridden
     assert config["task"] == entry.task and config["algo"]["name"] == entry.algo
     overridden = {o.split("=", 1)[0] for o in overrides}
     for key, value in (recipe.get("algo") or {}).items():

@@ -384,16 +384,14 @@ def _check_experiment(entry: Entry, where: str) -> None:
         raise ConfigError(f"{where}.experiment: expected a recipe in {experiments_dir()}, got {entry.experiment!r} "
                           f"({path.name} does not exist; known: {known})")
     try:
-        recipe = yaml.safe_load(path.read_text()) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{where}.experiment: {path} cannot be read as YAML ({exc})") from None
-    if not isinstance(recipe, Mapping):
-        raise ConfigError(f"{where}.experiment: {path} is not a mapping of config keys")
+        recipe = read_recipe(entry.experiment)
+    except TableError as exc:
+        raise ConfigError(f"{where}.experiment: {exc}") from None
     # A mismatch here would compare robolearn on another task or algorithm than the SB3 side.
     task = recipe.get("task")
     if task is not None and task != entry.task:
         raise ConfigError(f"{where}.task: expected the task of experiment {entry.experiment} ({task!r}), got {entry.task!r}")
-    algo = _recipe_algo(recipe)
+    algo = recipe_algo(recipe)
     if algo is not None and algo != entry.algo:
         raise ConfigError(f"{where}.algo: expected the algorithm of experiment {entry.experiment} ({algo!r}), got {entry.algo!r}")
 
@@ -418,12 +416,18 @@ RecipeLoader.add_implicit_resolver(
 )
 
 
-def _read_recipe(experiment: str) -> tuple[Mapping[str, Any], str, str]:
-    """A recipe's mapping, its Hydra package (``_global_`` or ``experiment``) and its name for messages.
+def read_recipe(experiment: str) -> dict[str, Any]:
+    """``configs/experiment/<experiment>.yaml`` as written, read as Hydra reads it (:class:`RecipeLoader`:
+    ``3e-4`` is a float); an empty file is ``{}``. No defaults are composed and no package applied.
 
     Raises:
-        TableError: the recipe is missing or unreadable, names another package, or pulls in another recipe.
+        TableError: the file is missing, cannot be read as YAML, or is not a mapping.
     """
+    return _load_recipe(experiment)[0]
+
+
+def _load_recipe(experiment: str) -> tuple[dict[str, Any], str, str]:
+    """:func:`read_recipe`, the file's text and the recipe's name for messages."""
     path = experiments_dir() / f"{experiment}.yaml"
     where = f"experiment {experiment} ({path})"
     try:
@@ -433,6 +437,16 @@ def _read_recipe(experiment: str) -> tuple[Mapping[str, Any], str, str]:
         raise TableError(f"{where}: cannot be read as YAML ({exc})") from None
     if not isinstance(recipe, Mapping):
         raise TableError(f"{where}: expected a mapping of config keys, got {type(recipe).__name__}")
+    return dict(recipe), text, where
+
+
+def _read_recipe(experiment: str) -> tuple[Mapping[str, Any], str, str]:
+    """A recipe's mapping, its Hydra package (``_global_`` or ``experiment``) and its name for messages.
+
+    Raises:
+        TableError: the recipe is missing or unreadable, names another package, or pulls in another recipe.
+    """
+    recipe, text, where = _load_recipe(experiment)
     package = "experiment"  # Hydra's default package of a config group's file
     for line in text.splitlines():
         if not line.startswith("#"):
@@ -505,7 +519,7 @@ def recipe_settings(experiment: str) -> dict[str, Any]:
     if package == "_global_":
         settings.update(flatten({k: v for k, v in recipe.items() if k not in NOT_SETTINGS}))
     settings["task_overrides"] = recipe_task_overrides(experiment)
-    algo = _recipe_algo(recipe)
+    algo = recipe_algo(recipe)
     if algo is not None:
         settings["algo.name"] = algo
     return json.loads(json.dumps(settings, default=str))  # plain dicts, lists and scalars, as config.json's
@@ -520,8 +534,11 @@ def _algo_choice(item: Any) -> str | None:
     return None
 
 
-def _recipe_algo(recipe: Mapping[str, Any]) -> str | None:
-    """The algorithm a recipe picks (``defaults: [override /algo: sac]``), if it picks one."""
+def recipe_algo(recipe: Mapping[str, Any]) -> str | None:
+    """The algorithm a recipe's mapping (:func:`read_recipe`) picks in its ``defaults`` list
+    (``- override /algo: sac``, ``- algo: ppo``); ``None`` when it picks none (``robolearn train``'s
+    default algorithm then applies).
+    """
     for item in recipe.get("defaults") or []:
         algo = _algo_choice(item)
         if algo is not None:
@@ -553,6 +570,8 @@ __all__ = [
     "ZooReference",
     "RecipeLoader",
     "load_table",
+    "read_recipe",
+    "recipe_algo",
     "recipe_settings",
     "recipe_task_overrides",
     "resolve_table_path",
