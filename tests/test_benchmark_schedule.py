@@ -26,6 +26,7 @@ import pytest
 from robolearn.benchmark import schedule
 from robolearn.benchmark.schedule import Run, RunState, command, plan, run_benchmark, run_state
 from robolearn.benchmark.table import Table, TableError, load_table, table_from_dict
+from robolearn.cli.benchmark import composer
 from robolearn.cli.benchmark import main as benchmark_main
 
 
@@ -119,6 +120,12 @@ def _run_dir_of(cmd: Sequence[str]) -> Path:
         if arg == "--out":
             return Path(cmd[i + 1])
     raise AssertionError(f"no run dir in {cmd}")
+
+
+def never_composed(run: Run) -> Mapping[str, Any]:
+    """The composer (``composed``) of a test that compares no robolearn run: its runs are fresh, SB3's, or
+    the fake child's (which writes no config.json). A call means the test is not what it says."""
+    raise AssertionError(f"{run.name}: composed, but this test compares no robolearn run")
 
 
 @pytest.fixture
@@ -246,7 +253,7 @@ def test_sb3_runs_get_the_recipes_task_overrides(tmp_path: Path, monkeypatch: py
     (recipes / "plain.yaml").write_text("# @package foo\ntask: Cartpole-Balance\n")
     launcher = FakeLauncher(tmp_path / "never.py")
     with pytest.raises(TableError, match="plain.*@package _global_"):
-        run_benchmark(t, tmp_path / "out", launcher=launcher)
+        run_benchmark(t, tmp_path / "out", launcher=launcher, composed=never_composed)
     assert launcher.commands == [] and not (tmp_path / "out").exists()
 
 
@@ -322,7 +329,7 @@ def test_run_executes_every_run_then_skips_them_all(tmp_path: Path, fake: Path, 
     (partial / "metrics.csv").write_text("step\n1\n")  # a run killed before its first checkpoint
     (out / "table.json").write_text(json.dumps(smoke.to_dict()))
     launcher = FakeLauncher(fake)
-    result = run_benchmark(smoke, out, launcher=launcher)
+    result = run_benchmark(smoke, out, launcher=launcher, composed=never_composed)
     assert result.exit_status == 0 and not result.failed and not result.interrupted
     assert launcher.runs == [
         "cartpole_ppo/robolearn/seed0", "cartpole_ppo/sb3_default/seed0", "cartpole_sac/robolearn/seed0",
@@ -347,7 +354,7 @@ def test_run_executes_every_run_then_skips_them_all(tmp_path: Path, fake: Path, 
     assert not (out / ".benchmark.lock").exists()
 
     again = FakeLauncher(fake)
-    second = run_benchmark(smoke, out, launcher=again)
+    second = run_benchmark(smoke, out, launcher=again, composed=never_composed)
     assert again.commands == [] and second.records == [] and second.exit_status == 0
     assert {s for _, s in second.planned} == {RunState.DONE} and len(second.planned) == 8
     assert len(_records(out)) == 8
@@ -356,18 +363,18 @@ def test_run_executes_every_run_then_skips_them_all(tmp_path: Path, fake: Path, 
 def test_a_failed_run_is_reported_and_the_others_go_on(tmp_path: Path, fake: Path, smoke: Table) -> None:
     out = tmp_path / "out"
     launcher = FakeLauncher(fake, env={"FAKE_FAIL": "cartpole_ppo/sb3_default/seed0"})
-    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0])
+    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0], composed=never_composed)
     assert len(launcher.commands) == 4 and result.exit_status == 1
     assert [(r.entry, r.lib, r.returncode) for r in result.failed] == [("cartpole_ppo", "sb3_default", 3)]
     assert [r["returncode"] for r in _records(out)].count(3) == 1
     retry = FakeLauncher(fake)
-    assert run_benchmark(smoke, out, launcher=retry, seeds=[0]).exit_status == 0
+    assert run_benchmark(smoke, out, launcher=retry, seeds=[0], composed=never_composed).exit_status == 0
     assert retry.runs == ["cartpole_ppo/sb3_default/seed0"]
 
 
 def test_jobs_run_side_by_side_never_more(tmp_path: Path, fake: Path, smoke: Table) -> None:
     launcher = FakeLauncher(fake, env={"FAKE_SLEEP": "0.5"})
-    result = run_benchmark(smoke, tmp_path / "out", jobs=2, launcher=launcher, entries=["cartpole_ppo"], poll_s=0.05)
+    result = run_benchmark(smoke, tmp_path / "out", jobs=2, launcher=launcher, entries=["cartpole_ppo"], poll_s=0.05, composed=never_composed)
     assert result.exit_status == 0 and len(result.records) == 4
     assert launcher.max_alive == 2
 
@@ -375,7 +382,7 @@ def test_jobs_run_side_by_side_never_more(tmp_path: Path, fake: Path, smoke: Tab
 def test_interrupt_stops_starting_runs_and_the_rerun_resumes(tmp_path: Path, fake: Path, smoke: Table) -> None:
     out = tmp_path / "out"
     launcher = FakeLauncher(fake, env={"FAKE_SLEEP": "60"}, interrupt_at=1)
-    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0], poll_s=0.05)
+    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0], poll_s=0.05, composed=never_composed)
     assert result.interrupted and result.exit_status == 130
     assert len(launcher.commands) == 1  # nothing started after the signal
     assert [(r.lib, r.returncode) for r in result.records] == [("robolearn", 130)]  # it stopped, with a checkpoint
@@ -384,14 +391,14 @@ def test_interrupt_stops_starting_runs_and_the_rerun_resumes(tmp_path: Path, fak
     first = Run(smoke.entry("cartpole_ppo"), "robolearn", 0, out / "cartpole_ppo" / "robolearn" / "seed0")
     assert run_state(first) is RunState.RESUME
     rerun = FakeLauncher(fake)
-    assert run_benchmark(smoke, out, launcher=rerun, seeds=[0]).exit_status == 0
+    assert run_benchmark(smoke, out, launcher=rerun, seeds=[0], composed=never_composed).exit_status == 0
     assert len(rerun.commands) == 4 and f"resume={first.run_dir}" in rerun.commands[0]
     assert [r["state"] for r in _records(out)] == ["fresh", "resume", "fresh", "fresh", "fresh"]
 
 
 def test_another_tables_folder_is_refused_a_superset_accepted(tmp_path: Path, fake: Path, smoke: Table) -> None:
     out = tmp_path / "out"
-    assert run_benchmark(smoke, out, launcher=FakeLauncher(fake), seeds=[0], entries=["cartpole_sac"]).exit_status == 0
+    assert run_benchmark(smoke, out, launcher=FakeLauncher(fake), seeds=[0], entries=["cartpole_sac"], composed=never_composed).exit_status == 0
     ppo = smoke.entry("cartpole_ppo")
     # (An entry's sb3 block may change: the stale guard compares each SB3 run's own config.json.)
     changed = dataclasses.replace(ppo, task="Cartpole-Swingup")
@@ -408,14 +415,14 @@ def test_another_tables_folder_is_refused_a_superset_accepted(tmp_path: Path, fa
     ]:
         launcher = FakeLauncher(fake)
         with pytest.raises(TableError) as info:
-            run_benchmark(bad, out, launcher=launcher)
+            run_benchmark(bad, out, launcher=launcher, composed=never_composed)
         assert "not a compatible superset" in str(info.value) and reason in str(info.value), str(info.value)
         assert launcher.commands == []
     # A superset (more seeds, a raised budget, renamed) runs into the folder and becomes its table.
     grown = dataclasses.replace(smoke, name="grown", seeds=(0, 1, 2),
                                 entries=(ppo, dataclasses.replace(sac, env_steps=2000)))
     launcher = FakeLauncher(fake)
-    assert run_benchmark(grown, out, launcher=launcher, entries=["cartpole_sac"], libs=["robolearn"]).exit_status == 0
+    assert run_benchmark(grown, out, launcher=launcher, entries=["cartpole_sac"], libs=["robolearn"], composed=never_composed).exit_status == 0
     assert launcher.runs == [f"cartpole_sac/robolearn/seed{s}" for s in (0, 1, 2)]
     assert "resume=" in launcher.commands[0][4]  # the done 1000-step run continues to 2000
     assert json.loads((out / "table.json").read_text())["name"] == "grown"
@@ -424,16 +431,16 @@ def test_another_tables_folder_is_refused_a_superset_accepted(tmp_path: Path, fa
 def test_a_folder_with_runs_but_no_table_or_a_live_lock_is_refused(tmp_path: Path, fake: Path, smoke: Table) -> None:
     (tmp_path / "a" / "cartpole_ppo").mkdir(parents=True)
     with pytest.raises(TableError, match=r"holds run folders \(cartpole_ppo\) but no table.json"):
-        run_benchmark(smoke, tmp_path / "a", launcher=FakeLauncher(fake))
+        run_benchmark(smoke, tmp_path / "a", launcher=FakeLauncher(fake), composed=never_composed)
     out = tmp_path / "b"
     out.mkdir()
     (out / ".benchmark.lock").write_text(f"{os.getpid()}\n")  # this process: alive
     with pytest.raises(TableError, match=rf"another `robolearn benchmark run` \(process {os.getpid()}\)"):
-        run_benchmark(smoke, out, launcher=FakeLauncher(fake))
+        run_benchmark(smoke, out, launcher=FakeLauncher(fake), composed=never_composed)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     (out / ".benchmark.lock").write_text(gone.stdout)  # a process that has exited: taken over
     launcher = FakeLauncher(fake)
-    assert run_benchmark(smoke, out, launcher=launcher, seeds=[1], entries=["cartpole_sac"]).exit_status == 0
+    assert run_benchmark(smoke, out, launcher=launcher, seeds=[1], entries=["cartpole_sac"], composed=never_composed).exit_status == 0
     assert len(launcher.commands) == 2 and not (out / ".benchmark.lock").exists()
 
 
@@ -473,13 +480,14 @@ def test_real_robolearn_run_resumes_in_its_directory_to_a_raised_budget(tmp_path
     out = tmp_path / "out"
     ppo = smoke.entry("cartpole_ppo")
     small = dataclasses.replace(smoke, entries=(dataclasses.replace(ppo, env_steps=2048),))
-    first = run_benchmark(small, out, entries=["cartpole_ppo"], libs=["robolearn"], seeds=[0])
+    first = run_benchmark(small, out, entries=["cartpole_ppo"], libs=["robolearn"], seeds=[0], composed=never_composed)
     assert first.exit_status == 0, (out / "cartpole_ppo/robolearn/seed0/benchmark.log").read_text()
     run_dir = out / "cartpole_ppo" / "robolearn" / "seed0"
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 2048
     full = dataclasses.replace(smoke, entries=(ppo,))
-    assert run_benchmark(full, out, dry_run=True, libs=["robolearn"], seeds=[0]).planned[0][1] is RunState.RESUME
-    second = run_benchmark(full, out, entries=["cartpole_ppo"], libs=["robolearn"], seeds=[0])
+    composed = composer(full)  # the run is compared with what its fresh command composes now
+    assert run_benchmark(full, out, dry_run=True, libs=["robolearn"], seeds=[0], composed=composed).planned[0][1] is RunState.RESUME
+    second = run_benchmark(full, out, entries=["cartpole_ppo"], libs=["robolearn"], seeds=[0], composed=composed)
     assert second.exit_status == 0, (run_dir / "benchmark.log").read_text()
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 4096
     rows = (run_dir / "metrics.csv").read_text().splitlines()
@@ -490,19 +498,19 @@ def test_real_robolearn_run_resumes_in_its_directory_to_a_raised_budget(tmp_path
     assert train_s[1] > train_s[0] > 0  # training time carried over the resume
     assert [r["state"] for r in _records(out)] == ["fresh", "resume"]
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt_*.pt")) == ["ckpt_002048.pt", "ckpt_004096.pt"]
-    assert run_benchmark(full, out, entries=["cartpole_ppo"], libs=["robolearn"], seeds=[0]).records == []
+    assert run_benchmark(full, out, entries=["cartpole_ppo"], libs=["robolearn"], seeds=[0], composed=composed).records == []
 
 
 @pytest.mark.slow
 def test_real_sb3_run_finishes_and_is_then_skipped(tmp_path: Path, smoke: Table) -> None:
     out = tmp_path / "out"
-    result = run_benchmark(smoke, out, entries=["cartpole_sac"], libs=["sb3_default"], seeds=[0])
+    result = run_benchmark(smoke, out, entries=["cartpole_sac"], libs=["sb3_default"], seeds=[0], composed=never_composed)
     run_dir = out / "cartpole_sac" / "sb3_default" / "seed0"
     assert result.exit_status == 0, (run_dir / "benchmark.log").read_text()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= 1000
     assert json.loads((run_dir / "config.json").read_text())["lib"] == "sb3_default"
-    assert run_benchmark(smoke, out, entries=["cartpole_sac"], libs=["sb3_default"], seeds=[0]).records == []
+    assert run_benchmark(smoke, out, entries=["cartpole_sac"], libs=["sb3_default"], seeds=[0], composed=never_composed).records == []
 
 
 @pytest.mark.slow
@@ -523,7 +531,7 @@ def test_real_robolearn_run_interrupted_by_a_signal_checkpoints_and_resumes(tmp_
         os.kill(os.getpid(), signal.SIGTERM)  # as `kill <benchmark pid>` would
         return proc
 
-    first = run_benchmark(table, out, libs=["robolearn"], seeds=[0], launcher=interrupting, poll_s=0.05)
+    first = run_benchmark(table, out, libs=["robolearn"], seeds=[0], launcher=interrupting, poll_s=0.05, composed=never_composed)
     log_text = (run_dir / "benchmark.log").read_text()
     assert first.interrupted and [r.returncode for r in first.records] == [130], log_text
     assert not (run_dir / "summary.json").exists()
@@ -531,7 +539,7 @@ def test_real_robolearn_run_interrupted_by_a_signal_checkpoints_and_resumes(tmp_
     assert len(stopped_at) == 1 and 0 < stopped_at[0] < 61440  # the checkpoint written on the signal
     assert run_state(Run(ppo, "robolearn", 0, run_dir)) is RunState.RESUME
 
-    second = run_benchmark(table, out, libs=["robolearn"], seeds=[0])
+    second = run_benchmark(table, out, libs=["robolearn"], seeds=[0], composed=composer(table))
     assert second.exit_status == 0, (run_dir / "benchmark.log").read_text()
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 61440
     rows = (run_dir / "metrics.csv").read_text().splitlines()
@@ -569,7 +577,7 @@ def test_out_that_is_a_file_or_a_foreign_folder_is_refused_before_anything_is_wr
     a_file.write_text("mine")
     for dry_run in (True, False):
         with pytest.raises(TableError, match=r"notes.txt: is a file; expected a folder"):
-            run_benchmark(smoke, a_file, launcher=FakeLauncher(fake), dry_run=dry_run)
+            run_benchmark(smoke, a_file, launcher=FakeLauncher(fake), dry_run=dry_run, composed=never_composed)
     assert benchmark_main(["run", "table=smoke", f"out={a_file}"]) == 2
     assert "is a file; expected a folder" in capsys.readouterr().err and a_file.read_text() == "mine"
     # A robolearn training run directory (or any folder of other files) is not a benchmark's folder.
@@ -579,14 +587,14 @@ def test_out_that_is_a_file_or_a_foreign_folder_is_refused_before_anything_is_wr
     (train_run / "metrics.csv").write_text("step\n")
     launcher = FakeLauncher(fake)
     with pytest.raises(TableError, match=r"not empty \(checkpoints, config.json, metrics.csv\) and no table.json"):
-        run_benchmark(smoke, train_run, launcher=launcher)
+        run_benchmark(smoke, train_run, launcher=launcher, composed=never_composed)
     assert launcher.commands == [] and sorted(p.name for p in train_run.iterdir()) == [
         "checkpoints", "config.json", "metrics.csv"]
     # An empty folder, or one holding only a stale lock (a benchmark killed before its table.json), is fine.
     (tmp_path / "empty" / ".benchmark.lock").parent.mkdir()
     (tmp_path / "empty" / ".benchmark.lock").write_text("999999999\n")
     assert run_benchmark(smoke, tmp_path / "empty", launcher=FakeLauncher(fake), seeds=[0],
-                         entries=["cartpole_sac"]).exit_status == 0
+                         entries=["cartpole_sac"], composed=never_composed).exit_status == 0
 
 
 KILLED_BENCHMARK = r'''
@@ -600,8 +608,11 @@ fake, out = sys.argv[1], Path(sys.argv[2])
 def launcher(cmd, log_file, env):
     return schedule.launch([sys.executable, fake, *cmd[3:]], log_file, {**env, "FAKE_SLEEP": "60"})
 
+def uncalled(run):
+    raise AssertionError(run.name)  # a fresh run: nothing to compare
+
 schedule.run_benchmark(load_table("smoke", check_tasks=False), out, launcher=launcher, seeds=[0],
-                       entries=["cartpole_sac"], libs=["robolearn"], poll_s=0.05)
+                       entries=["cartpole_sac"], libs=["robolearn"], poll_s=0.05, composed=uncalled)
 '''
 
 
@@ -624,14 +635,14 @@ def test_a_benchmark_killed_with_sigkill_leaves_its_running_runs_listed_and_the_
     try:
         launcher = FakeLauncher(fake)
         with pytest.raises(TableError, match=rf"still run: {run} \(process {child}\).*kill -INT {child}"):
-            run_benchmark(smoke, out, launcher=launcher, seeds=[0], entries=["cartpole_sac"], libs=["robolearn"])
+            run_benchmark(smoke, out, launcher=launcher, seeds=[0], entries=["cartpole_sac"], libs=["robolearn"], composed=never_composed)
         assert launcher.commands == [] and (run / "ready").exists()  # its run directory untouched
     finally:
         os.kill(child, signal.SIGINT)  # as the message says: it checkpoints and exits
     _wait_for(lambda: not schedule._alive(child) or _reaped(child), "the orphaned child to exit")
     launcher = FakeLauncher(fake)
     assert run_benchmark(smoke, out, launcher=launcher, seeds=[0], entries=["cartpole_sac"],
-                         libs=["robolearn"]).exit_status == 0
+                         libs=["robolearn"], composed=never_composed).exit_status == 0
     assert launcher.runs == ["cartpole_sac/robolearn/seed0"] and f"resume={run}" in launcher.commands[0]
     assert not lock.exists()
 
@@ -656,11 +667,11 @@ def test_a_misspelt_sb3_hyperparameter_stops_the_benchmark_before_anything_is_wr
     for dry_run in (True, False):
         launcher = FakeLauncher(fake)
         with pytest.raises(TableError) as info:
-            run_benchmark(table, out, launcher=launcher, dry_run=dry_run)
+            run_benchmark(table, out, launcher=launcher, dry_run=dry_run, composed=never_composed)
         assert str(info.value) == f"{path}: entries[0] (a).sb3.zoo.kwargs.n_stepz: not an argument of stable_baselines3.PPO (got 32)"
         assert launcher.commands == [] and not out.exists()
     # The robolearn side alone does not need SB3's hyperparameters.
-    assert run_benchmark(table, out, launcher=FakeLauncher(fake), libs=["robolearn"], seeds=[0]).exit_status == 0
+    assert run_benchmark(table, out, launcher=FakeLauncher(fake), libs=["robolearn"], seeds=[0], composed=never_composed).exit_status == 0
     assert benchmark_main(["run", f"table={path}", f"out={tmp_path / 'out2'}", "dry_run=true"]) == 2
     assert "n_stepz: not an argument of stable_baselines3.PPO" in capsys.readouterr().err
 
@@ -693,22 +704,13 @@ MY_RECIPE = """# @package _global_
 defaults:
   - override /algo: ppo
 task: Cartpole-Balance
-num_envs: 64
-eval_num_envs: 8          # the benchmark gives eval_num_envs=<eval_episodes>: not compared
-total_env_steps: 400000   # the benchmark gives the entry's budget: not compared
-algo:
-  learning_rate: 3e-4     # PyYAML alone reads '3e-4' (a string); Hydra, and config.json, 0.0003
-  gamma: 1                # config.json: 1.0
-  entropy_coef: 0.01
-  actor_hidden: [64, 64]
-runner:
-  eval_interval: 25
-  video: true             # the benchmark turns it off: not compared
 """
+"""A recipe of a tmp folder: the table's check reads its task and algorithm. Hydra cannot compose it
+(it is not in robolearn.configs), so the tests of stale runs stand :func:`_composing` in for Hydra."""
 
 
 def _my_config(run_dir: Path) -> dict[str, Any]:
-    """A robolearn run's config.json as MY_RECIPE under the benchmark's command made it."""
+    """A robolearn run's config.json as the ``mine`` recipe under the benchmark's command made it."""
     return {
         "task": "Cartpole-Balance", "task_overrides": {}, "seed": 0, "num_envs": 64, "eval_num_envs": 2,
         "total_env_steps": 4096, "run_dir": str(run_dir), "resume": None, "torch_threads": 1, "sim_threads": 1,
@@ -716,6 +718,22 @@ def _my_config(run_dir: Path) -> dict[str, Any]:
                  "num_steps": 24},
         "runner": {"eval_interval": 25, "video": False, "console": False, "tensorboard": False},
     }
+
+
+def _composing(**algo: Any) -> schedule.ComposedConfig:
+    """A stand-in for :func:`robolearn.cli.benchmark.composer`: the ``mine`` recipe now composes
+    :func:`_my_config` with the ``algo`` settings given, spelt otherwise (``gamma: 1``, not ``1.0``)
+    and with other values of the keys that are not compared: those the benchmark sets per run and those
+    that do not change training."""
+
+    def composed(run: Run) -> dict[str, Any]:
+        now = _my_config(Path("another") / "run_dir")
+        now.update(seed=7, total_env_steps=run.entry.env_steps, eval_num_envs=8, overwrite=True)
+        now["algo"] = {**now["algo"], "gamma": 1, **algo}
+        now["runner"] = {**now["runner"], "video": True, "video_size": [64, 64], "checkpoint_interval": 5}
+        return now
+
+    return composed
 
 
 def _finished(run_dir: Path, config: Mapping[str, Any] | None, steps: int, sb3: bool = False) -> None:
@@ -734,9 +752,9 @@ def _files(path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def mine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Table]:
-    """A recipes folder holding ``mine`` (MY_RECIPE), a one-run table of it, and its output folder
-    with that run done by the recipe as it is."""
+def mine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Table]:
+    """A one-run table of the ``mine`` recipe (MY_RECIPE, in a recipes folder of its own), and its output
+    folder with that run done as the recipe composes it (:func:`_my_config`)."""
     from robolearn.benchmark import table as table_module
 
     recipes = tmp_path / "experiment"
@@ -754,7 +772,7 @@ def mine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, T
     run = out / "e" / "robolearn" / "seed0"
     _finished(run, _my_config(run), 4096)
     (out / "table.json").write_text(json.dumps(table.to_dict()))
-    return recipes, out, table
+    return out, table
 
 
 def test_values_are_compared_not_their_spelling() -> None:
@@ -767,40 +785,36 @@ def test_values_are_compared_not_their_spelling() -> None:
     assert not same_value(0.0003, 0.0004) and not same_value("3e-4", 0.0003)
 
 
-def test_an_unchanged_recipe_is_not_stale_and_its_done_run_is_skipped(
-    mine: tuple[Path, Path, Table], fake: Path
-) -> None:
-    from robolearn.benchmark import table as table_module
-
-    recipes, out, table = mine
-    assert table_module.recipe_settings("mine")["algo.learning_rate"] == 0.0003  # a float, as Hydra reads it
+def test_an_unchanged_recipe_is_not_stale_and_its_done_run_is_skipped(mine: tuple[Path, Table], fake: Path) -> None:
+    out, table = mine
     run = plan(table, out)[0]
-    assert schedule.recipe_differences(run) == []  # 3e-4 is 0.0003, 1 is 1.0, the benchmark's own keys aside
+    # 1 is 1.0; the benchmark's own keys (seed, run_dir, budget, eval worlds) and video, checkpoint
+    # cadence and overwrite aside.
+    assert schedule.recipe_differences(run, _composing()) == []
     launcher = FakeLauncher(fake)
-    result = run_benchmark(table, out, launcher=launcher)
+    result = run_benchmark(table, out, launcher=launcher, composed=_composing())
     assert launcher.commands == [] and result.stale == [] and result.planned == [(run, RunState.DONE)]
     # robolearn's PPO has no schedule over total_env_steps: a raised budget resumes the run.
     bigger = dataclasses.replace(table, entries=(dataclasses.replace(table.entries[0], env_steps=8192),))
-    result = run_benchmark(bigger, out, launcher=launcher)
+    result = run_benchmark(bigger, out, launcher=launcher, composed=_composing())
     assert result.stale == [] and [r.state for r in result.records] == ["resume"]
     assert f"resume={run.run_dir}" in launcher.commands[0]
 
 
 def test_a_changed_recipe_value_is_stale_and_refused_before_anything_runs_or_is_written(
-    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    mine: tuple[Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from robolearn.cli import benchmark as cli_benchmark
 
-    recipes, out, table = mine
-    # Hydra cannot find the recipe of a tmp folder: the command line compares with the recipe file here.
-    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)
-    (recipes / "mine.yaml").write_text(MY_RECIPE.replace("entropy_coef: 0.01", "entropy_coef: 0.02"))
+    out, table = mine
+    now = _composing(entropy_coef=0.02)  # the recipe composes another entropy coefficient now
+    monkeypatch.setattr(cli_benchmark, "composer", lambda table: now)  # for the command line below
     before = _files(out)
     run_dir = out / "e" / "robolearn" / "seed0"
     for dry_run in (True, False):
         launcher = FakeLauncher(fake)
         with pytest.raises(TableError) as info:
-            run_benchmark(table, out, launcher=launcher, dry_run=dry_run)
+            run_benchmark(table, out, launcher=launcher, dry_run=dry_run, composed=now)
         message = str(info.value)
         assert f"{run_dir} (done): algo.entropy_coef: was 0.01, now 0.02\n" in message, message
         assert "learning_rate" not in message and "gamma" not in message and "eval_num_envs" not in message
@@ -817,13 +831,13 @@ def test_a_changed_recipe_value_is_stale_and_refused_before_anything_runs_or_is_
 
 
 def test_rerun_stale_sets_the_folder_aside_and_starts_the_run_fresh(
-    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    mine: tuple[Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from robolearn.cli import benchmark as cli_benchmark
 
-    recipes, out, table = mine
-    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)  # a tmp recipe: the recipe-file comparison
-    (recipes / "mine.yaml").write_text(MY_RECIPE.replace("actor_hidden: [64, 64]", "actor_hidden: [64, 64, 64]"))
+    out, table = mine
+    now = _composing(actor_hidden=[64, 64, 64])
+    monkeypatch.setattr(cli_benchmark, "composer", lambda table: now)
     run_dir = out / "e" / "robolearn" / "seed0"
     old_files = _files(run_dir)
     # A dry run lists it as stale and moves nothing.
@@ -833,7 +847,7 @@ def test_rerun_stale_sets_the_folder_aside_and_starts_the_run_fresh(
     assert "algo.actor_hidden: was [64, 64], now [64, 64, 64]" in printed and _files(run_dir) == old_files
 
     launcher = FakeLauncher(fake)
-    result = run_benchmark(table, out, launcher=launcher, rerun_stale=True)
+    result = run_benchmark(table, out, launcher=launcher, rerun_stale=True, composed=now)
     assert result.exit_status == 0 and [s.run.run_dir for s in result.stale] == [run_dir]
     assert result.planned[0][1] is RunState.FRESH and [r.state for r in result.records] == ["fresh"]
     assert "experiment=mine" in launcher.commands[0] and not any(a.startswith("resume=") for a in launcher.commands[0])
@@ -846,7 +860,7 @@ def test_rerun_stale_sets_the_folder_aside_and_starts_the_run_fresh(
     assert f"rerun (stale, its folder set aside as {aside[0]}): {run_dir} (done)" in capsys.readouterr().out
     assert not (out / ".benchmark.lock").exists()
     # The new run (the fake child writes no config.json: its recipe is unknown) is done and kept.
-    again = run_benchmark(table, out, launcher=launcher)
+    again = run_benchmark(table, out, launcher=launcher, composed=now)
     assert len(launcher.commands) == 1 and again.stale == [] and [r.name for r in again.unknown_recipe] == ["e/robolearn/seed0"]
     assert _files(aside[0]) == old_files
 
@@ -910,21 +924,21 @@ def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_sche
     assert json.loads((runs["sb3_zoo"].run_dir / "config.json").read_text())["normalize"] == {"gamma": 0.95}
     (out / "table.json").write_text(json.dumps(table.to_dict()))
     launcher = FakeLauncher(fake)
-    assert run_benchmark(table, out, launcher=launcher).stale == [] and launcher.commands == []
+    assert run_benchmark(table, out, launcher=launcher, composed=never_composed).stale == [] and launcher.commands == []
 
     # A raised budget: the lin_ schedule would jump if resumed; the run without one resumes.
     bigger = table_from_dict({**spec, "entries": [{**spec["entries"][0], "env_steps": 200}]}, "lin")
     planned = [(r, run_state(r)) for r in plan(bigger, out)]
     assert [s for _, s in planned] == [RunState.RESUME, RunState.RESUME]
-    stale, unknown = schedule.find_stale(planned)
+    stale, unknown = schedule.find_stale(planned, never_composed)
     assert unknown == [] and [s.run.lib for s in stale] == ["sb3_zoo"]
     assert [str(d) for d in stale[0].differences] == [
         "total_env_steps: was 100, now 200 (sb3_kwargs.learning_rate decays linearly over the budget the run "
         "started with: continued to another budget the schedule jumps)"]
     with pytest.raises(TableError, match=r"sb3_zoo/seed0 \(resume\): total_env_steps: was 100, now 200"):
-        run_benchmark(bigger, out, launcher=launcher)
+        run_benchmark(bigger, out, launcher=launcher, composed=never_composed)
     assert launcher.commands == []
-    result = run_benchmark(bigger, out, launcher=launcher, libs=["sb3_default"])
+    result = run_benchmark(bigger, out, launcher=launcher, libs=["sb3_default"], composed=never_composed)
     assert result.stale == [] and [(r.lib, r.state) for r in result.records] == [("sb3_default", "resume")]
     # The stale zoo run, not selected, is checked too: left as it is, with a warning.
     assert [str(s) for s in result.stale_elsewhere] == [str(stale[0])] and runs["sb3_zoo"].run_dir.is_dir()
@@ -935,12 +949,12 @@ def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_sche
               "sb3": {"n_envs": 3, "default": {"gamma": 0.95}, "zoo": {**zoo, "normalize": False}}}
     edited_table = table_from_dict({**spec, "entries": [edited]}, "lin")
     with pytest.raises(TableError) as info:
-        run_benchmark(edited_table, out, launcher=launcher, libs=["sb3_default"])
+        run_benchmark(edited_table, out, launcher=launcher, libs=["sb3_default"], composed=never_composed)
     assert "not a compatible superset" not in str(info.value)
     assert "sb3_default/seed0 (done): sb3_kwargs.gamma: was 0.9, now 0.95; n_envs: was 2, now 3\n" in str(info.value)
-    stale, _ = schedule.find_stale([(r, run_state(r)) for r in plan(edited_table, out)])
+    stale, _ = schedule.find_stale([(r, run_state(r)) for r in plan(edited_table, out)], never_composed)
     assert [str(d) for d in stale[1].differences][:1] == ['normalize: was {"gamma": 0.95}, now null']
-    result = run_benchmark(edited_table, out, launcher=launcher, rerun_stale=True)
+    result = run_benchmark(edited_table, out, launcher=launcher, rerun_stale=True, composed=never_composed)
     assert sorted(s.run.lib for s in result.stale) == ["sb3_default", "sb3_zoo"]
     assert sorted(r.state for r in result.records) == ["fresh", "fresh"]
     for lib in ("sb3_default", "sb3_zoo"):
@@ -955,7 +969,7 @@ def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_sche
 
     # The recipe's MDP changed: both SB3 runs trained another task than robolearn's now.
     (recipes / "lin.yaml").write_text(LIN_RECIPE.replace("episode_length: 20", "episode_length: 30"))
-    stale, _ = schedule.find_stale([(r, RunState.DONE) for r in plan(table, out)])
+    stale, _ = schedule.find_stale([(r, RunState.DONE) for r in plan(table, out)], never_composed)
     assert {s.run.lib: [str(d) for d in s.differences] for s in stale} == {
         lib: ['task_overrides: was {"episode_length": 20}, now {"episode_length": 30}']
         for lib in ("sb3_default", "sb3_zoo")}
@@ -982,7 +996,7 @@ def test_sb3_settings_are_computed_once_per_entry_and_lib_in_one_check(
     real = schedule.sb3_settings
     monkeypatch.setattr(schedule, "sb3_settings", lambda run: calls.append(run.name) or real(run))
     launcher = FakeLauncher(fake)
-    result = run_benchmark(table, out, launcher=launcher, seeds=[0], libs=["sb3_default", "sb3_zoo"])
+    result = run_benchmark(table, out, launcher=launcher, seeds=[0], libs=["sb3_default", "sb3_zoo"], composed=never_composed)
     assert launcher.commands == [] and result.stale == []
     assert [str(s) for s in result.stale_elsewhere] == [f"{odd.run_dir} (done): n_envs: was 4, now 8"]
     # 9 runs compared (3 selected, 6 elsewhere), each configuration's settings computed once.
@@ -1060,8 +1074,7 @@ def test_the_report_leaves_a_stale_run_out_and_lists_it_under_its_entry(
     assert "987" not in stale and "| cartpole_sac | robolearn | 0/2 |" in stale, stale
     assert ("- robolearn seed 0: stale: made by another recipe (algo.tau: was 0.005, now 0.01); rerun with "
             "`benchmark run ... rerun_stale=true`") in stale
-    # The command line's check: the run's config.json against the recipe (here its file, as composed).
-    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)
+    # The command line's check: the run's config.json against what its recipe composes now.
     check = cli_benchmark.RecipeCheck(smoke, out)
     (run.run_dir / "config.json").unlink()
     assert check(run.run_dir) is None  # no config.json: its recipe is unknown, the run is reported
@@ -1084,40 +1097,9 @@ def test_runs_as_the_real_commands_record_them_are_not_stale(tmp_path: Path, fak
         _finished(run.run_dir, config, run.entry.env_steps, sb3=run.lib != "robolearn")
     (out / "table.json").write_text(json.dumps(smoke.to_dict()))
     launcher = FakeLauncher(fake)
-    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0])
+    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0], composed=composer(smoke))
     assert launcher.commands == [] and result.stale == [] and result.unknown_recipe == []
     assert [s for _, s in result.planned] == [RunState.DONE] * 4
-
-
-def test_recipe_settings_are_what_hydra_composes_for_the_shipped_recipes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from robolearn.benchmark import table
-    from robolearn.benchmark.schedule import same_value
-    from robolearn.cli.commands import compose_config
-
-    # The recipes of the shipped tables, and one spelling a float 3e-5 (a string to PyYAML alone).
-    names = sorted({e.experiment for t in ("smoke", "table") for e in load_table(t, check_tasks=False).entries})
-    assert "reinflow_fork" not in names and "actor_learning_rate: 3e-5" in (table.experiments_dir() / "reinflow_fork.yaml").read_text()
-    for name in [*names, "reinflow_fork"]:
-        composed = compose_config("train", [f"experiment={name}"])
-        for key, value in table.recipe_settings(name).items():
-            here: Any = composed
-            for part in key.split("."):
-                here = here[part]
-            assert same_value(here, value) and isinstance(here, bool) == isinstance(value, bool), (name, key, here, value)
-    # What the reader cannot follow is refused, naming the recipe.
-    with pytest.raises(TableError, match=r"hopper_o2o .*\{'/o2o_method': 'wsrl'\} comes after _self_"):
-        table.recipe_settings("hopper_o2o")
-    recipes = tmp_path / "experiment"
-    recipes.mkdir()
-    monkeypatch.setattr(table, "experiments_dir", lambda: recipes)
-    (recipes / "interp.yaml").write_text("# @package _global_\nrun_dir: runs/${task}\nalgo:\n  gamma: ${x}\n")
-    assert table.recipe_settings("interp")["run_dir"] == "runs/${task}"
-    with pytest.raises(TableError, match=r"interp: algo.gamma: interpolations"):
-        schedule.recipe_wanted("interp")  # run_dir is the benchmark's: its interpolation does not matter
-    (recipes / "nested.yaml").write_text("defaults:\n  - override /algo: sac\nalgo:\n  gamma: 0.5\n")
-    assert table.recipe_settings("nested") == {"task_overrides": {}, "algo.name": "sac"}  # lands under experiment.
 
 
 def test_a_listed_child_is_recognised_by_its_whole_run_dir_argument_not_a_prefix_of_another(tmp_path: Path) -> None:
@@ -1172,7 +1154,6 @@ def test_the_composed_config_catches_a_deleted_recipe_line_or_a_changed_default(
     was.update(overwrite=True, seed=0, run_dir=str(seed0.run_dir))
     del was["algo"]["desired_kl"]  # a setting added since the run was made
     _finished(seed0.run_dir, was, seed0.entry.env_steps)
-    assert schedule.recipe_differences(seed0) == []  # the recipe file alone does not see it
     assert [str(d) for d in schedule.recipe_differences(seed0, composed)] == [
         f"algo.desired_kl: was not set, now {now['algo']['desired_kl']}", 'algo.schedule: was "fixed", now "adaptive"']
     (out / "table.json").write_text(json.dumps(smoke.to_dict()))
@@ -1188,7 +1169,7 @@ def test_the_composed_config_catches_a_deleted_recipe_line_or_a_changed_default(
     assert calls == []
 
 
-def test_a_recipe_with_defaults_after_self_composes_instead_of_being_refused(tmp_path: Path, smoke: Table) -> None:
+def test_a_recipe_with_defaults_after_self_is_compared_as_it_composes(tmp_path: Path, smoke: Table) -> None:
     from robolearn.cli import benchmark as cli_benchmark
 
     entry = dataclasses.replace(smoke.entries[0], id="o2o", experiment="hopper_o2o", env_steps=100_000)
@@ -1196,9 +1177,13 @@ def test_a_recipe_with_defaults_after_self_composes_instead_of_being_refused(tmp
     run = plan(table, tmp_path / "out")[0]
     composed = cli_benchmark.composer(table)
     _finished(run.run_dir, dict(composed(run)), entry.env_steps)
-    with pytest.raises(TableError, match="comes after _self_"):
-        schedule.recipe_differences(run)  # the recipe file alone cannot follow it
     assert schedule.recipe_differences(run, composed) == []
+    # A setting of the o2o_method group that hopper_o2o's defaults compose after _self_ is compared too.
+    was = json.loads(json.dumps(composed(run)))
+    assert was["o2o"]["warmup_steps"] == 5000  # configs/o2o_method/wsrl.yaml's
+    was["o2o"]["warmup_steps"] = 0
+    (run.run_dir / "config.json").write_text(json.dumps(was))
+    assert [str(d) for d in schedule.recipe_differences(run, composed) or []] == ["o2o.warmup_steps: was 0, now 5000"]
 
 
 def test_a_finished_run_short_of_a_raised_budget_without_a_checkpoint_is_set_aside_not_deleted(
@@ -1216,12 +1201,12 @@ def test_a_finished_run_short_of_a_raised_budget_without_a_checkpoint_is_set_asi
     assert run_state(run) is RunState.FRESH
     with pytest.raises(TableError, match="holds a summary.json"):
         schedule.clear_run_dir(run, out)  # the last guard: a finished run is never rmtree'd
-    dry = run_benchmark(smoke, out, dry_run=True, seeds=[0], libs=["robolearn"], entries=["cartpole_sac"])
+    dry = run_benchmark(smoke, out, dry_run=True, seeds=[0], libs=["robolearn"], entries=["cartpole_sac"], composed=never_composed)
     assert dry.short == [run] and dry.aside == {} and _files(run.run_dir) == old
     _print_plan(dry)
     assert f"short: {run.run_dir} finished short of the budget" in capsys.readouterr().out
     launcher = FakeLauncher(fake)
-    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0], libs=["robolearn"], entries=["cartpole_sac"])
+    result = run_benchmark(smoke, out, launcher=launcher, seeds=[0], libs=["robolearn"], entries=["cartpole_sac"], composed=never_composed)
     moved = result.aside[run.run_dir]
     assert re.fullmatch(r"seed0\.short-\d{8}T\d{6}", moved.name) and _files(moved) == old
     assert [r.state for r in result.records] == ["fresh"]
@@ -1241,12 +1226,12 @@ def test_a_run_with_an_unreadable_summary_is_set_aside_under_a_name_that_says_so
     (out / "table.json").write_text(json.dumps(smoke.to_dict()))
     old = _files(run.run_dir)
     assert run_state(run) is RunState.FRESH
-    dry = run_benchmark(smoke, out, dry_run=True, **selection)
+    dry = run_benchmark(smoke, out, dry_run=True, **selection, composed=never_composed)
     assert (dry.unreadable, dry.short, dry.aside) == ([run], [], {}) and _files(run.run_dir) == old
     _print_plan(dry)
     assert (f"unreadable: {run.run_dir / 'summary.json'} cannot be read and there is no checkpoint: set aside as "
             "seed0.unreadable-<UTC time>, then fresh") in capsys.readouterr().out
-    result = run_benchmark(smoke, out, launcher=FakeLauncher(fake), **selection)
+    result = run_benchmark(smoke, out, launcher=FakeLauncher(fake), **selection, composed=never_composed)
     moved = result.aside[run.run_dir]
     assert re.fullmatch(r"seed0\.unreadable-\d{8}T\d{6}", moved.name) and _files(moved) == old
     assert (result.unreadable, result.short, [r.state for r in result.records]) == ([run], [], ["fresh"])
@@ -1256,13 +1241,13 @@ def test_a_run_with_an_unreadable_summary_is_set_aside_under_a_name_that_says_so
 
 
 def test_a_stale_run_outside_the_selection_is_warned_of_and_a_refused_table_is_not_written(
-    mine: tuple[Path, Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    mine: tuple[Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from robolearn.cli import benchmark as cli_benchmark
 
-    recipes, out, table = mine
-    monkeypatch.setattr(cli_benchmark, "composer", lambda table: None)  # a tmp recipe: the recipe-file comparison
-    (recipes / "mine.yaml").write_text(MY_RECIPE.replace("entropy_coef: 0.01", "entropy_coef: 0.02"))
+    out, table = mine
+    now = _composing(entropy_coef=0.02)
+    monkeypatch.setattr(cli_benchmark, "composer", lambda table: now)
     path = table.source
     assert path is not None
     grown = json.loads(Path(path).read_text())
@@ -1278,6 +1263,6 @@ def test_a_stale_run_outside_the_selection_is_warned_of_and_a_refused_table_is_n
     assert "warning: stale, not selected, left as it is (the report leaves it out): " in printed
     assert "e/robolearn/seed0 (done): algo.entropy_coef: was 0.01, now 0.02" in printed
     launcher = FakeLauncher(fake)
-    result = run_benchmark(load_table(path, check_tasks=False), out, launcher=launcher, seeds=[1])
+    result = run_benchmark(load_table(path, check_tasks=False), out, launcher=launcher, seeds=[1], composed=now)
     assert launcher.runs == ["e/robolearn/seed1"] and [s.run.seed for s in result.stale_elsewhere] == [0]
     assert result.aside == {} and (out / "e" / "robolearn" / "seed0" / "config.json").is_file()

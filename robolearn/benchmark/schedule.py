@@ -22,8 +22,8 @@ run`` out of a folder while one works in it.
 
 A done or resumable run is **stale** when what made it (its ``config.json``) is not what the table's
 command would give it now (:func:`recipe_differences`): a robolearn run whose whole config differs
-from what its fresh command composes now (``robolearn benchmark`` composes it with Hydra and passes
-it in, :data:`ComposedConfig`; so a recipe line deleted or a default changed counts too), the keys
+from what its fresh command composes now (the caller composes it and passes it in, :data:`ComposedConfig`:
+``robolearn benchmark`` with Hydra; so a recipe line deleted or a default changed counts too), the keys
 the benchmark sets per run (:data:`BENCHMARK_KEYS`) and those that do not change training
 (:data:`NOT_TRAINING_KEYS`) aside; an SB3 run whose kwargs, ``n_envs``, ``normalize`` or task
 overrides have changed, or one with a ``lin_<x>`` schedule whose budget has changed (SB3's linear
@@ -70,7 +70,6 @@ from robolearn.benchmark.table import (
     Entry,
     Table,
     TableError,
-    recipe_settings,
     recipe_task_overrides,
     table_from_dict,
 )
@@ -375,9 +374,9 @@ _ASIDE_WHY: dict[str, str] = {
 ComposedConfig = Callable[[Run], Mapping[str, Any]]
 """The whole ``config.json`` a robolearn run would get now from the table's fresh command (what
 ``robolearn train`` composes: the recipe, its defaults, the algorithm's and runner's defaults).
-``robolearn benchmark`` passes one that composes with Hydra (:mod:`robolearn.cli.benchmark`); this
-package may not import Hydra, so without one a run is compared with its recipe file only
-(:func:`recipe_wanted`)."""
+``robolearn benchmark`` passes one that composes with Hydra (:func:`robolearn.cli.benchmark.composer`):
+this package may not import Hydra, so :func:`run_benchmark` and the stale check take it from their caller.
+It is called only for a done or resumable robolearn run with a readable ``config.json``."""
 _ABSENT = object()
 """A key a run's ``config.json`` does not have."""
 
@@ -452,22 +451,6 @@ def read_run_config(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def recipe_wanted(experiment: str) -> dict[str, Any]:
-    """The settings recipe ``experiment`` gives a robolearn run of the benchmark, as dotted keys:
-    :func:`~robolearn.benchmark.table.recipe_settings` less those not compared (:func:`not_compared`).
-
-    Raises:
-        TableError: a recipe the reader cannot follow, or an interpolation (``${...}``) in a
-            compared setting (its value is only known once Hydra resolves it).
-    """
-    wanted = {k: v for k, v in recipe_settings(experiment).items() if not not_compared(k)}
-    for key, value in wanted.items():
-        if "${" in json.dumps(value):
-            raise TableError(f"experiment {experiment}: {key}: interpolations (${{...}}) are not supported by the "
-                             f"benchmark's recipe check, got {value!r}")
-    return wanted
-
-
 def not_compared(key: str) -> bool:
     """Whether dotted ``key`` of a robolearn run's config is left out of the stale comparison: the
     benchmark sets it per run (:data:`BENCHMARK_KEYS`) or it does not change training
@@ -488,16 +471,6 @@ def flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-def _lookup(config: Mapping[str, Any], key: str) -> Any:
-    """The value at dotted ``key`` of a run's config (``_ABSENT`` when a part is missing)."""
-    value: Any = config
-    for part in key.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return _ABSENT
-        value = value[part]
-    return value
 
 
 def _sb3_block(run: Run) -> tuple[dict[str, Any], int, bool]:
@@ -561,15 +534,14 @@ def _linear_schedules(kwargs: Mapping[str, Any]) -> list[str]:
 
 
 def recipe_differences(
-    run: Run, composed: ComposedConfig | None = None, sb3_wanted: SB3Settings | None = None
+    run: Run, composed: ComposedConfig, sb3_wanted: SB3Settings | None = None
 ) -> list[Difference] | None:
     """How ``run``'s ``config.json`` differs from what the table's command would give it now.
 
-    robolearn, with ``composed``: the run's whole config against the whole config the fresh command
-    composes now, key by key both ways, so a recipe line deleted or a default changed (in the
+    robolearn: the run's whole config against the whole config its fresh command composes now
+    (``composed``), key by key both ways, so a recipe line deleted or a default changed (in the
     algorithm's dataclass or ``configs/algo/*.yaml``) is found too; the keys of :func:`not_compared`
-    aside. Without ``composed`` (a library caller without Hydra): every setting the entry's recipe
-    file gives (:func:`recipe_wanted`), compared by value with the run's. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
+    aside. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
     ``lin_<x>`` schedule, the run's ``total_env_steps`` with the entry's budget. A run made before
     sb3_run recorded ``task_overrides`` trained the task as registered (``{}``).
 
@@ -581,14 +553,14 @@ def recipe_differences(
         ``config.json`` (its recipe is unknown).
 
     Raises:
-        TableError: a recipe or kwargs that cannot be read (see :func:`recipe_wanted`, :func:`sb3_settings`),
-            or one ``composed`` cannot compose.
+        TableError: kwargs or a recipe that cannot be read (see :func:`sb3_settings`), or a recipe
+            ``composed`` cannot compose.
     """
     config = read_run_config(run.run_dir)
     if config is None:
         return None
     diffs: list[Difference] = []
-    if run.lib == "robolearn" and composed is not None:
+    if run.lib == "robolearn":
         have, want = flat_config(config), flat_config(composed(run))
         for key in sorted(set(have) | set(want)):
             if not_compared(key):
@@ -596,13 +568,6 @@ def recipe_differences(
             was, now = have.get(key, _ABSENT), want.get(key, _ABSENT)
             # config.json leaves out a section that is None (o2o): not set and null are the same.
             if not same_value(None if was is _ABSENT else was, None if now is _ABSENT else now):
-                diffs.append(Difference(key, was, now))
-        return diffs
-    if run.lib == "robolearn":
-        for key, now in sorted(recipe_wanted(run.entry.experiment).items()):
-            was = _lookup(config, key)
-            # config.json leaves out a section that is None (o2o): a recipe's null is the same.
-            if not same_value(None if was is _ABSENT and now is None else was, now):
                 diffs.append(Difference(key, was, now))
         return diffs
     want = _sb3_wanted(run, sb3_wanted)
@@ -630,8 +595,7 @@ def recipe_differences(
 
 
 def find_stale(
-    planned: Sequence[tuple[Run, RunState]], composed: ComposedConfig | None = None,
-    sb3_wanted: SB3Settings | None = None,
+    planned: Sequence[tuple[Run, RunState]], composed: ComposedConfig, sb3_wanted: SB3Settings | None = None,
 ) -> tuple[list[StaleRun], list[Run]]:
     """The stale runs among the done and resumable ones of ``planned``, and those whose recipe is
     unknown (no readable ``config.json``: kept, with a warning). Fresh runs are not compared (nor
@@ -1050,7 +1014,7 @@ def run_benchmark(
     progress: bool = False,
     launcher: Launcher = launch,
     poll_s: float = 0.2,
-    composed: ComposedConfig | None = None,
+    composed: ComposedConfig,
 ) -> BenchmarkResult:
     """Run the table's runs that are not done into ``out`` (see the module doc).
 
@@ -1068,8 +1032,8 @@ def run_benchmark(
         progress: show a progress bar over the runs on stderr.
         launcher: starts a run's subprocess (:func:`launch`).
         poll_s: seconds between checks of the running subprocesses.
-        composed: the whole config a robolearn run's fresh command composes now (:data:`ComposedConfig`);
-            ``None``: robolearn runs are compared with their recipe file only.
+        composed: the whole config a robolearn run's fresh command composes now (:data:`ComposedConfig`:
+            ``robolearn benchmark`` passes :func:`robolearn.cli.benchmark.composer`), to find stale runs.
 
     Every run of the table is checked for staleness, not only the selected ones: a stale run outside
     ``entries``/``libs``/``seeds`` is left as it is, with a warning (:attr:`BenchmarkResult.stale_elsewhere`).
@@ -1078,7 +1042,7 @@ def run_benchmark(
         TableError: a filter the table does not have, an output folder of another table, one in
             use by another ``benchmark run``, a recipe the benchmark cannot read
             (:func:`~robolearn.benchmark.table.recipe_task_overrides`; for a done or resumable run,
-            :func:`~robolearn.benchmark.table.recipe_settings` or ``composed``), or selected stale runs
+            ``composed``), or selected stale runs
             without ``rerun_stale`` (:func:`stale_error`); nothing has run or been written then.
     """
     if jobs < 1:
@@ -1121,7 +1085,7 @@ def run_benchmark(
 
 def _checked_stale(
     table: Table, out: Path, planned: Sequence[tuple[Run, RunState]], rerun_stale: bool,
-    composed: ComposedConfig | None,
+    composed: ComposedConfig,
 ) -> tuple[list[StaleRun], list[StaleRun], list[Run]]:
     """The stale runs of ``planned`` (refused unless ``rerun_stale``), the stale runs of the rest of the
     table (warned of, left as they are) and the runs of unknown recipe (warned of).
@@ -1347,7 +1311,6 @@ __all__ = [
     "provenance",
     "read_run_config",
     "recipe_differences",
-    "recipe_wanted",
     "run_benchmark",
     "run_dir",
     "run_state",

@@ -26,11 +26,12 @@ The spec (issue 17's contract)::
 :meth:`Table.to_dict` gives the same mapping back (what ``<out>/table.json`` holds) and
 :func:`table_from_dict` reads it again.
 
-The benchmark also reads robolearn's recipes (``configs/experiment/<name>.yaml``) as Hydra composes
-them, without Hydra: :func:`recipe_task_overrides` (the MDP the SB3 side must train) and
-:func:`recipe_settings` (every setting a recipe gives ``robolearn train``, which the schedule compares
-with a finished run's ``config.json`` to find runs of an older recipe). Numbers are read as OmegaConf
-reads them (``3e-4`` and ``1e6`` are floats, not the strings of PyYAML's YAML 1.1 rules).
+The benchmark also reads robolearn's recipes (``configs/experiment/<name>.yaml``) without Hydra (this
+package may not import it): :func:`read_recipe` (the file as written), :func:`recipe_algo` (the
+algorithm it picks) and :func:`recipe_task_overrides` (the MDP the SB3 side must train, as Hydra
+composes it). Numbers are read as OmegaConf reads them (``3e-4`` and ``1e6`` are floats, not the
+strings of PyYAML's YAML 1.1 rules). Whether a finished run is stale is decided against the whole
+config Hydra composes (:mod:`robolearn.benchmark.schedule`), not here.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from typing import Any
 
 import yaml
 
-from robolearn.analysis.runs import flatten
 from robolearn.utils.config import ConfigError, to_dataclass
 
 ALGOS: tuple[str, ...] = ("ppo", "sac")
@@ -487,44 +487,6 @@ def recipe_task_overrides(experiment: str) -> dict[str, Any]:
     return json.loads(json.dumps(overrides))  # plain dicts, lists and scalars
 
 
-NOT_SETTINGS: frozenset[str] = frozenset({"defaults", "hydra", "task_overrides"})
-"""Top-level keys of a recipe that :func:`recipe_settings` does not flatten: Hydra's own, and
-``task_overrides`` (compared whole: a removed override matters as much as a changed one)."""
-
-
-def recipe_settings(experiment: str) -> dict[str, Any]:
-    """Every setting a recipe gives ``robolearn train``, as dotted keys of its ``config.json``.
-
-    Nested keys are flattened (``algo: {learning_rate: 3e-4}`` is ``algo.learning_rate: 0.0003``;
-    an empty mapping stays one value), the algorithm the ``defaults`` list picks is ``algo.name``,
-    and ``task_overrides`` is one value, ``{}`` when the recipe sets none (:func:`recipe_task_overrides`).
-    A recipe without the ``_global_`` header sets nothing but its algorithm (Hydra puts its keys
-    under ``experiment.``). A key the recipe leaves out (a default of ``robolearn train``) is not
-    here; an interpolation stays its text (``${...}``), for the caller to refuse where it matters.
-
-    Raises:
-        TableError: what :func:`recipe_task_overrides` refuses, or a ``defaults`` entry after
-            ``_self_`` other than the algorithm (that group may override the recipe's own settings,
-            which this reader does not follow).
-    """
-    recipe, package, where = _read_recipe(experiment)
-    defaults = list(recipe.get("defaults") or [])
-    if "_self_" in defaults:
-        later = [item for item in defaults[defaults.index("_self_") + 1:] if _algo_choice(item) is None]
-        if later:
-            raise TableError(f"{where}: defaults entry {later[0]!r} comes after _self_ and may override the "
-                             "recipe's settings; the benchmark compares runs with the recipe file itself "
-                             "(put _self_ last)")
-    settings: dict[str, Any] = {}
-    if package == "_global_":
-        settings.update(flatten({k: v for k, v in recipe.items() if k not in NOT_SETTINGS}))
-    settings["task_overrides"] = recipe_task_overrides(experiment)
-    algo = recipe_algo(recipe)
-    if algo is not None:
-        settings["algo.name"] = algo
-    return json.loads(json.dumps(settings, default=str))  # plain dicts, lists and scalars, as config.json's
-
-
 def _algo_choice(item: Any) -> str | None:
     """The algorithm a ``defaults`` entry picks (``override /algo: sac``), else ``None``."""
     if isinstance(item, Mapping):
@@ -572,7 +534,6 @@ __all__ = [
     "load_table",
     "read_recipe",
     "recipe_algo",
-    "recipe_settings",
     "recipe_task_overrides",
     "resolve_table_path",
     "table_from_dict",
