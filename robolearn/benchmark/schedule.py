@@ -595,7 +595,7 @@ def recipe_differences(
 
 
 def find_stale(
-    planned: Sequence[tuple[Run, RunState]], composed: ComposedConfig, sb3_wanted: SB3Settings | None = None,
+    planned: Sequence[tuple[Run, RunState]], composed: ComposedConfig, sb3_wanted: SB3Settings | None = None
 ) -> tuple[list[StaleRun], list[Run]]:
     """The stale runs among the done and resumable ones of ``planned``, and those whose recipe is
     unknown (no readable ``config.json``: kept, with a warning). Fresh runs are not compared (nor
@@ -1042,8 +1042,8 @@ def run_benchmark(
         TableError: a filter the table does not have, an output folder of another table, one in
             use by another ``benchmark run``, a recipe the benchmark cannot read
             (:func:`~robolearn.benchmark.table.recipe_task_overrides`; for a done or resumable run,
-            ``composed``), or selected stale runs
-            without ``rerun_stale`` (:func:`stale_error`); nothing has run or been written then.
+            ``composed``), or selected stale runs without ``rerun_stale`` (:func:`stale_error`);
+            nothing has run or been written then.
     """
     if jobs < 1:
         raise TableError(f"jobs={jobs}: expected an integer >= 1")
