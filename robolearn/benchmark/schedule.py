@@ -1127,9 +1127,13 @@ def _finished_fresh(
     summary cannot be read. Both are set aside, not cleared: a result is never deleted.
     """
     stale_dirs = {s.run.run_dir for s in stale}
-    held = [r for r, s in planned if s is RunState.FRESH and r.run_dir not in stale_dirs and _holds_result(r)]
-    short = [r for r in held if summary_env_steps(r.run_dir) is not None]
-    return short, [r for r in held if summary_env_steps(r.run_dir) is None]
+    short: list[Run] = []
+    unreadable: list[Run] = []
+    for run, state in planned:
+        if state is RunState.FRESH and run.run_dir not in stale_dirs and _holds_result(run):
+            # one read of the summary per run: a readable one says how far the run got
+            (unreadable if summary_env_steps(run.run_dir) is None else short).append(run)
+    return short, unreadable
 
 
 def _fresh_if_stale(planned: Sequence[tuple[Run, RunState]], stale: Sequence[StaleRun]) -> list[tuple[Run, RunState]]:
