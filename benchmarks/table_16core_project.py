@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--table-out", type=Path, required=True, help="a table directory finished on the VM")
     ap.add_argument("--table", default="table")
     ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--libs", nargs="+", help="project only these libraries' runs (default: the table's)")
     args = ap.parse_args()
 
     table = load_table(args.table)
@@ -147,11 +148,14 @@ def main() -> None:
                 if other in per_pair:
                     per_pair[pair] = (per_pair[other][0], f"as {other[1]}")
 
-    runs = plan(table, args.table_out)
+    runs = plan(table, args.table_out, libs=args.libs)
     missing = sorted({(r.entry.id, r.lib) for r in runs} - set(per_pair))
     durations = [per_pair[(r.entry.id, r.lib)][0] for r in runs if (r.entry.id, r.lib) in per_pair]
     print("\nprojected run time on the 16-core machine (one run; each pair's seeds alike)")
+    shown = {(r.entry.id, r.lib) for r in runs}
     for pair, (secs, how) in sorted(per_pair.items(), key=lambda kv: -kv[1][0]):
+        if pair not in shown:
+            continue
         print(f"  {pair[0]:22s} {pair[1]:12s} {secs / 60:6.1f} min   {how}")
     total = sum(durations)
     print(f"\n{len(durations)} runs projected ({len(missing)} pairs without any figure: {missing})")
