@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -348,15 +349,23 @@ def test_header_states_the_protocol(page: tuple[Path, str]) -> None:
 
 
 def test_what_an_entry_shows_is_counted_not_searched_in_the_notes(tmp_path: Path) -> None:
-    """A failed attempt or a stale run puts an entry on the page; a note that merely contains such a word
-    (here the output folder's path, in an unreadable run's note) does not, nor does it make a failure."""
+    """A failed attempt, a stale run or an unreadable finished run puts an entry on the page; an
+    interrupted one does not, though its note and the output folder's path say "failed"/"unfinished"."""
     out = tmp_path / "failed_unfinished_runs" / "out"
-    write_run(out / "alpha_ppo" / "robolearn" / "seed0", "robolearn", 0, 0.01, [50, 150, 200, 250])
-    (out / "alpha_ppo" / "robolearn" / "seed0" / "metrics.csv").unlink()  # finished, but its curve is gone
-    (out / "runs.jsonl").write_text(json.dumps({"entry": "alpha_ppo", "lib": "robolearn", "seed": 0, "returncode": 1}))
     table = {**TABLE, "seeds": [0], "entries": TABLE["entries"][:1]}
+    write_run(out / "alpha_ppo" / "robolearn" / "seed0", "robolearn", 0, 0.01, [50], finished=False)
+    (out / "runs.jsonl").write_text(json.dumps({"entry": "alpha_ppo", "lib": "robolearn", "seed": 0, "returncode": 130}))
     text = write_report(table, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
     assert "Not run yet (no finished run of any library): alpha_ppo." in text and "## alpha_ppo" not in text
+    # A run that says it finished but whose curve is gone is shown, as unreadable and not as a failure.
+    shutil.rmtree(out / "alpha_ppo" / "robolearn" / "seed0")
+    write_run(out / "alpha_ppo" / "robolearn" / "seed0", "robolearn", 0, 0.01, [50, 150, 200, 250])
+    (out / "alpha_ppo" / "robolearn" / "seed0" / "metrics.csv").unlink()
+    (out / "runs.jsonl").write_text(json.dumps({"entry": "alpha_ppo", "lib": "robolearn", "seed": 0, "returncode": 0}))
+    text = write_report(table, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
+    assert "## alpha_ppo" in text and "Not run yet" not in text
+    unreadable = next(line for line in text.splitlines() if line.startswith("- robolearn seed 0: unreadable ("))
+    assert "metrics.csv" in unreadable and "its last attempt" not in unreadable
     # The same entry with a failed attempt (an unfinished run whose last exit was 1) is shown, with the note.
     write_run(out / "alpha_ppo" / "sb3_default" / "seed0", "sb3_default", 0, 0.01, [50], finished=False)
     (out / "runs.jsonl").write_text("".join(json.dumps({"entry": "alpha_ppo", "lib": lib, "seed": 0, "returncode": 1}) + "\n"
@@ -364,8 +373,6 @@ def test_what_an_entry_shows_is_counted_not_searched_in_the_notes(tmp_path: Path
     text = write_report(table, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
     assert "## alpha_ppo" in text and "Not run yet" not in text
     assert "- sb3_default seed 0: unfinished (no summary.json yet); its last attempt failed (exit status 1" in text
-    unreadable = next(line for line in text.splitlines() if line.startswith("- robolearn seed 0: unreadable ("))
-    assert "metrics.csv" in unreadable and "its last attempt" not in unreadable
 
 
 def test_cli_report_says_each_reason_a_run_went_unchecked_once(

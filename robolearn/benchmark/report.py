@@ -119,13 +119,15 @@ class LibResult:
     ``runs.jsonl`` other than an interrupt's)."""
     stale: int
     """Finished seeds left out of the statistics: made by another recipe (``stale``)."""
+    unreadable: int = 0
+    """Seeds whose run says it finished but whose files cannot be read (left out of the statistics)."""
 
     @property
     def reportable(self) -> bool:
-        """Whether there is anything to show: a finished run, a failed attempt or a stale run (a library
-        with only missing, unfinished or interrupted seeds is one still to run).
+        """Whether there is anything to show: a finished run, a failed attempt, a stale run or an
+        unreadable one (a library with only missing, unfinished or interrupted seeds is one still to run).
         """
-        return bool(self.runs) or self.failed > 0 or self.stale > 0
+        return bool(self.runs) or self.failed > 0 or self.stale > 0 or self.unreadable > 0
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -168,6 +170,8 @@ class _NotCounted:
     """Its folder holds a run short of the budget (or without a summary yet); else missing or unreadable."""
     note: str
     """The note for the page (``seed <S>: ...``)."""
+    unreadable: bool = False
+    """Its folder holds a run that says it finished but whose files cannot be read."""
 
 
 def _read_run(path: Path, seed: int, budget: int) -> RunResult | _NotCounted:
@@ -186,7 +190,7 @@ def _read_run(path: Path, seed: int, budget: int) -> RunResult | _NotCounted:
         curve = load_run(path, "eval/return", x="env_steps")
         clock = load_run(path, "time/train_s", x="env_steps")
     except (ValueError, OSError) as exc:
-        return _NotCounted(False, f"{rel}: unreadable ({exc})")
+        return _NotCounted(False, f"{rel}: unreadable ({exc})", unreadable=True)
     # SB3 runs may log time/train_s on other rows than the evaluations; where it shares the row (as
     # robolearn's runner writes it) the interpolation returns it exactly.
     seconds = np.interp(curve.steps, clock.steps, clock.values)
@@ -231,12 +235,13 @@ def _lib_result(
     budget = int(_require(entry, "env_steps", f"entry {entry.get('id')!r}"))
     runs: list[RunResult] = []
     notes: list[str] = []
-    failed = stale_runs = 0
+    failed = stale_runs = unreadable = 0
     for s in seeds:
         path = out / str(entry["id"]) / lib / f"seed{s}"
         got = _read_run(path, int(s), budget)
         if isinstance(got, _NotCounted):
             note = got.note
+            unreadable += got.unreadable
             # A run that crashed (diverged, out of memory...) is not a run still under way: say so,
             # since leaving it out of the statistics favours the library whose bad seeds crash.
             code = (exits or {}).get((str(entry["id"]), lib, int(s)))
@@ -262,7 +267,7 @@ def _lib_result(
     thresholds = [float(t) for t in entry.get("thresholds") or []]
     rate = float(np.median([run.steps_per_s for run in runs])) if runs else math.nan
     return LibResult(lib, runs, len(seeds), final, [_reach(runs, t) for t in thresholds], rate, notes,
-                     failed=failed, stale=stale_runs)
+                     failed=failed, stale=stale_runs, unreadable=unreadable)
 
 
 def _sb3_best(results: Sequence[LibResult]) -> LibResult | None:
