@@ -5,11 +5,12 @@
 ``metrics.csv`` files and a table directory finished elsewhere (this workplace's 2-core VM) and
 estimates every run's time on the 16-core machine:
 
-- an (entry, library) pair measured on both machines: its runs' times on the VM times ``k``, the ratio of
+- an (entry, library) pair measured on both machines: its runs' times on the VM (training and evaluation
+  seconds from their ``summary.json``) times ``k``, the ratio of
   the training seconds the two machines took to reach the same env step (the last one both logged);
 - a pair measured on the VM only: the same with the median ``k`` of its library's pairs;
-- a pair measured on the 16-core machine only: its training seconds extrapolated linearly to the entry's
-  budget, times the median (wall / training) of the VM's finished runs of its library (evaluations, start-up);
+- a pair measured on the 16-core machine only: its training seconds extrapolated to the entry's budget
+  at the rate between its last two logged points, times the median (training + evaluation) / training of the VM's runs of its library;
 - a pair measured on neither: the SB3 library's other configuration of the same entry, if measured.
 
 The table's wall-clock at ``jobs`` slots is then simulated twice: in :func:`robolearn.benchmark.schedule.plan`'s
@@ -54,27 +55,34 @@ def kind(lib: str) -> str:
     return lib
 
 
-def vm_runs(table_out: Path) -> dict[Pair, list[float]]:
-    """Wall seconds of each finished (exit 0) run of the VM's table, by pair."""
-    walls: dict[Pair, list[float]] = defaultdict(list)
-    for line in (table_out / "runs.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("returncode") == 0:
-            walls[(rec["entry"], rec["lib"])].append(float(rec["wall_s"]))
-    return walls
+def run_seconds(summary: dict) -> tuple[float, float]:
+    """(training seconds, training + evaluation seconds) of a finished run, from its ``summary.json``.
+
+    Not ``runs.jsonl``'s ``wall_s``: for a run resumed after an interruption that is the last part only.
+    """
+    train = float(summary["train_time_s"])
+    if "eval_time_s" in summary:  # the SB3 side
+        return train, train + float(summary["eval_time_s"])
+    return train, max(train, float(summary.get("wall_time_s", train)))
 
 
-def vm_overhead(table_out: Path, walls: dict[Pair, list[float]]) -> dict[str, float]:
-    """Median wall / training seconds of the VM's finished runs, by kind (evaluations and start-up)."""
+def vm_runs(table_out: Path, budget: dict[str, int]) -> tuple[dict[Pair, list[float]], dict[str, float]]:
+    """Seconds of each finished run of the VM's table by pair, and the median (total / training seconds)
+    of each library's runs (evaluations, checkpoints)."""
+    totals: dict[Pair, list[float]] = defaultdict(list)
     ratios: dict[str, list[float]] = defaultdict(list)
-    for (entry, lib), ws in walls.items():
-        for seed in range(3):
-            summary = table_out / entry / lib / f"seed{seed}" / "summary.json"
-            if summary.is_file():
-                train = json.loads(summary.read_text()).get("train_time_s")
-                if train:
-                    ratios[kind(lib)].append(statistics.median(ws) / float(train))
-    return {k: statistics.median(v) for k, v in ratios.items()}
+    for summary_path in table_out.glob("*/*/seed[0-9]*/summary.json"):
+        run = summary_path.parent
+        entry, lib = run.parent.parent.name, run.parent.name
+        if not run.name[4:].isdigit() or entry not in budget:
+            continue  # a set-aside folder (seed0.stale-...), or an entry no longer in the table
+        summary = json.loads(summary_path.read_text())
+        if float(summary.get("env_steps", 0)) < budget[entry]:
+            continue
+        train, total = run_seconds(summary)
+        totals[(entry, lib)].append(total)
+        ratios[kind(lib)].append(total / train)
+    return totals, {k: statistics.median(v) for k, v in ratios.items()}
 
 
 def device_curves(device: Path) -> dict[Pair, dict[float, float]]:
@@ -86,6 +94,18 @@ def device_curves(device: Path) -> dict[Pair, dict[float, float]]:
         if curve:
             curves[(entry, lib)] = curve
     return curves
+
+
+def extrapolate(curve: dict[float, float], budget: float) -> float:
+    """Training seconds at ``budget`` env steps: the rate between the last two logged points carried on
+    (a SAC run's first steps, before learning starts, are cheaper than the rest); the mean rate from
+    the start where only one point exists."""
+    steps = sorted(curve)
+    last = steps[-1]
+    if len(steps) == 1:
+        return curve[last] * budget / last
+    prev = steps[-2]
+    return curve[last] + (budget - last) * (curve[last] - curve[prev]) / (last - prev)
 
 
 def simulate(durations: list[float], jobs: int) -> float:
@@ -112,8 +132,7 @@ def main() -> None:
 
     table = load_table(args.table)
     budget = {e.id: e.env_steps for e in table.entries}
-    walls = vm_runs(args.table_out)
-    overhead = vm_overhead(args.table_out, walls)
+    walls, overhead = vm_runs(args.table_out, budget)
     dev = device_curves(args.device)
 
     ks: dict[Pair, float] = {}
@@ -128,7 +147,7 @@ def main() -> None:
     k_kind = {
         k: statistics.median([v for p, v in ks.items() if kind(p[1]) == k]) for k in {kind(p[1]) for p in ks}
     }
-    print("  median k:", {k: round(v, 2) for k, v in k_kind.items()}, " VM wall/train:", {k: round(v, 3) for k, v in overhead.items()})
+    print("  median k:", {k: round(v, 2) for k, v in k_kind.items()}, " VM (training + evaluation) / training:", {k: round(v, 3) for k, v in overhead.items()})
 
     per_pair: dict[Pair, tuple[float, str]] = {}
     for e in table.entries:
@@ -139,7 +158,7 @@ def main() -> None:
                 per_pair[pair] = (statistics.median(walls[pair]) * k, "VM x k" + ("" if pair in ks else " (the median of its library)"))
             elif pair in dev:
                 last = max(dev[pair])
-                per_pair[pair] = (dev[pair][last] * budget[e.id] / last * overhead[kind(lib)], f"measured to {last:,.0f} steps, extrapolated")
+                per_pair[pair] = (extrapolate(dev[pair], budget[e.id]) * overhead[kind(lib)], f"measured to {last:,.0f} steps, extrapolated")
     for e in table.entries:  # neither: the same entry's other SB3 configuration
         for lib in e.libs(table.libs):
             pair = (e.id, lib)
