@@ -132,7 +132,7 @@ def main() -> None:
 
     table = load_table(args.table)
     budget = {e.id: e.env_steps for e in table.entries}
-    walls, overhead = vm_runs(args.table_out, budget)
+    vm_seconds, overhead = vm_runs(args.table_out, budget)
     dev = device_curves(args.device)
 
     ks: dict[Pair, float] = {}
@@ -153,9 +153,9 @@ def main() -> None:
     for e in table.entries:
         for lib in e.libs(table.libs):
             pair = (e.id, lib)
-            if pair in walls:
+            if pair in vm_seconds:
                 k = ks.get(pair, k_kind[kind(lib)])
-                per_pair[pair] = (statistics.median(walls[pair]) * k, "VM x k" + ("" if pair in ks else " (the median of its library)"))
+                per_pair[pair] = (statistics.median(vm_seconds[pair]) * k, "VM x k" + ("" if pair in ks else " (the median of its library)"))
             elif pair in dev:
                 last = max(dev[pair])
                 per_pair[pair] = (extrapolate(dev[pair], budget[e.id]) * overhead[kind(lib)], f"measured to {last:,.0f} steps, extrapolated")
