@@ -9,6 +9,11 @@
 # Each slot is its own `benchmark run` over one (entry, library) and seeds 0,1,2, so a slot whose first run
 # ends starts the next seed and the machine stays as loaded as the real table keeps it.
 #   bash benchmarks/table_16core.sh                  # on the device: installs the carried wheels first
+# The wheels travel in .whl (git-ignored; Python 3.12, manylinux x86-64): mujoco, mujoco-core, gymnasium,
+# farama-notifications, cloudpickle, hydra-core, omegaconf, antlr4-python3-runtime, stable-baselines3; the
+# device image has torch, numpy, h5py, opencv, matplotlib, tensorboard and tqdm. Fetch them with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d .whl <name>==<version> ...
 #   LOCAL=1 BUDGET=30 SLOTS=2 OUT=/tmp/o bash benchmarks/table_16core.sh   # a quick local check
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
