@@ -82,6 +82,7 @@ def vm_runs(table_out: Path, budget: dict[str, int]) -> tuple[dict[Pair, list[fl
         train, total = run_seconds(summary)
         totals[(entry, lib)].append(total)
         ratios[kind(lib)].append(total / train)
+        ratios["any"].append(total / train)  # for a library with no finished run on the VM yet
     return totals, {k: statistics.median(v) for k, v in ratios.items()}
 
 
@@ -158,7 +159,7 @@ def main() -> None:
                 per_pair[pair] = (statistics.median(vm_seconds[pair]) * k, "VM x k" + ("" if pair in ks else " (the median of its library)"))
             elif pair in dev:
                 last = max(dev[pair])
-                per_pair[pair] = (extrapolate(dev[pair], budget[e.id]) * overhead[kind(lib)], f"measured to {last:,.0f} steps, extrapolated")
+                per_pair[pair] = (extrapolate(dev[pair], budget[e.id]) * overhead.get(kind(lib), overhead.get("any", 1.0)), f"measured to {last:,.0f} steps, extrapolated")
     for e in table.entries:  # neither: the same entry's other SB3 configuration
         for lib in e.libs(table.libs):
             pair = (e.id, lib)
