@@ -260,6 +260,56 @@ def test_state_dict_round_trip_reproduces_actions():
     assert torch.equal(ppo.act_inference(last), clone.act_inference(last))
 
 
+def _step_rewards(ppo: PPO, rewards: list[list[float]], done: list[list[bool]], dims: dict[str, int]) -> None:
+    """One act/process per row of ``rewards`` (worlds in columns); ``done`` marks terminations."""
+    obs = {g: torch.zeros(len(rewards[0]), d) for g, d in dims.items()}
+    for r, d in zip(rewards, done, strict=True):
+        actions = ppo.act(obs)
+        term = torch.tensor(d)
+        ppo.process(Transition(obs, actions, torch.tensor(r), obs, term, torch.zeros_like(term)))
+
+
+def test_reward_normalisation_divides_by_the_std_of_discounted_returns():
+    """By hand, gamma 0.5, two worlds: returns [1, 3] (var 1), then [1.5, 4.5] (var of all four
+    1.875); world 0 terminates at step 2, so its step-3 return restarts at its reward."""
+    dims = {"policy": 2}
+    ppo = PPO(dims, 1, _small_cfg(num_steps=4, gamma=0.5, normalize_rewards=True))
+    _step_rewards(ppo, [[1.0, 3.0], [1.0, 3.0], [2.0, 3.0]], [[False, False], [True, False], [False, False]], dims)
+    stored = ppo.storage.rewards[:3]
+    assert torch.allclose(stored[0], torch.tensor([1.0, 3.0]), atol=1e-6)
+    assert torch.allclose(stored[1], torch.tensor([1.0, 3.0]) / math.sqrt(1.875), atol=1e-6)
+    # step 3: returns [2 (restarted), 4.5 * 0.5 + 3 = 5.25]; statistics over [1, 3, 1.5, 4.5, 2, 5.25]
+    seen = torch.tensor([1.0, 3.0, 1.5, 4.5, 2.0, 5.25])
+    std = math.sqrt(seen.var(unbiased=False).item())
+    assert torch.allclose(stored[2], torch.tensor([2.0, 3.0]) / std, atol=1e-5)
+    # off by default: the env's rewards are stored as they are
+    plain = PPO(dims, 1, _small_cfg(num_steps=4, gamma=0.5))
+    _step_rewards(plain, [[1.0, 3.0], [1.0, 3.0]], [[False, False], [False, False]], dims)
+    assert torch.equal(plain.storage.rewards[:2], torch.tensor([[1.0, 3.0], [1.0, 3.0]]))
+
+
+def test_reward_normalisation_clips_and_survives_a_checkpoint():
+    dims = {"policy": 2}
+    ppo = PPO(dims, 1, _small_cfg(num_steps=4, gamma=0.0, normalize_rewards=True))
+    # gamma 0: the returns are the rewards; 99 worlds at 0 and one at 1,000 make the std ~99.5, so the
+    # outlier's scaled reward (~10.05) is clipped to 10
+    _step_rewards(ppo, [[0.0] * 99 + [1000.0]], [[False] * 100], dims)
+    assert ppo.storage.rewards[0, -1].item() == pytest.approx(10.0)
+    buf = io.BytesIO()
+    torch.save(ppo.state_dict(), buf)
+    buf.seek(0)
+    clone = PPO(dims, 1, _small_cfg(num_steps=4, gamma=0.0, normalize_rewards=True))
+    clone.load_state_dict(torch.load(buf, weights_only=False))
+    for agent in (ppo, clone):
+        _step_rewards(agent, [[5.0] * 100], [[False] * 100], dims)
+    # the clone's rollout starts afresh (its first step is row 0), its statistics do not
+    assert torch.equal(ppo.storage.rewards[1], clone.storage.rewards[0])
+    assert 0.0 < clone.storage.rewards[0, 0].item() < 0.1  # 5 / std of [0 x 99, 1000, 5 x 100]
+    buf.seek(0)
+    with pytest.raises(ValueError, match="algo.normalize_rewards"):
+        PPO(dims, 1, _small_cfg(num_steps=4)).load_state_dict(torch.load(buf, weights_only=False))
+
+
 def test_asymmetric_critic_reads_the_critic_group():
     dims = {"policy": 3, "critic": 7}
     ppo = PPO(dims, 2, _small_cfg(critic_obs_group="critic"))

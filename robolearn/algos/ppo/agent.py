@@ -50,6 +50,8 @@ ACTOR_KEY = "actor"
 """Storage key of the actor's (normalised) input."""
 CRITIC_KEY = "critic"
 """Storage key of the critic's (normalised) input."""
+REWARD_CLIP = 10.0
+"""Bound on a scaled reward (``normalize_rewards``), Stable-Baselines3's ``clip_reward``."""
 
 
 class PPO:
@@ -101,6 +103,12 @@ class PPO:
         self.critic_normalizer: nn.Module = EmpiricalNormalizer(critic_dim) if cfg.normalize_obs else nn.Identity()
         self.actor_normalizer.to(self.device)
         self.critic_normalizer.to(self.device)
+        # Reward scaling: the running variance of every world's discounted return (its mean is not
+        # subtracted from rewards: that would change which behaviour the returns prefer).
+        self.reward_normalizer: EmpiricalNormalizer | None = (
+            EmpiricalNormalizer(1, clip=None).to(self.device) if cfg.normalize_rewards else None
+        )
+        self._discounted_return: torch.Tensor | None = None
 
         self.learning_rate = torch.tensor(float(cfg.learning_rate), device=self.device)
         self.reduce_mean: Callable[[torch.Tensor], torch.Tensor] | None = None
@@ -303,10 +311,13 @@ class PPO:
             # need their count on the host. A recurrent critic reads the final observation with the
             # state after this step, in the episode that observation belongs to.
             timeout_values = self.evaluate(final_obs, next_hidden["critic"] if next_hidden is not None else None)
+        reward = transition.reward
+        if self.reward_normalizer is not None:
+            reward = self._scale_rewards(reward, transition.terminated | transition.truncated)
         self.storage.add(
             pending["obs"],
             pending["actions"],
-            transition.reward,
+            reward,
             transition.terminated,
             transition.truncated,
             pending["values"],
@@ -321,6 +332,25 @@ class PPO:
             done = (transition.terminated | transition.truncated).reshape(-1)
             with torch.inference_mode():
                 self._hidden = {owner: reset_state(state, done) for owner, state in next_hidden.items()}
+
+    def _scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """``reward / std(discounted return)``, clipped, after folding this step's returns into the
+        statistics; worlds whose episode ended start their return again from zero.
+        """
+        assert self.reward_normalizer is not None
+        with torch.inference_mode():
+            r = reward.reshape(-1).to(torch.float32)
+            if self._discounted_return is None:
+                self._discounted_return = torch.zeros_like(r)
+            ret = self._discounted_return * self.cfg.gamma + r
+            if self.reduce_mean is not None:
+                update_normalizers([(self.reward_normalizer, ret[:, None])], self.reduce_mean)
+            else:
+                self.reward_normalizer.update(ret[:, None])
+            std = torch.sqrt(self.reward_normalizer.var + self.reward_normalizer.eps)
+            scaled = (r / std).clamp(-REWARD_CLIP, REWARD_CLIP)
+            self._discounted_return = ret.masked_fill(done.reshape(-1).bool(), 0.0)
+        return scaled.reshape(reward.shape).to(reward.dtype)
 
     def compute_returns(self, last_obs: Mapping[str, torch.Tensor]) -> None:
         """GAE over the full rollout, bootstrapping from the observation after its last step."""
@@ -471,6 +501,9 @@ class PPO:
             "learning_rate": self.learning_rate.detach().clone(),
             "generator": self.generator.get_state(),
         }
+        if self.reward_normalizer is not None:
+            state["reward_normalizer"] = self.reward_normalizer.state_dict()
+            state["discounted_return"] = None if self._discounted_return is None else self._discounted_return.clone()
         if self.actor_encoder is not None:
             state["actor_encoder"] = self.actor_encoder.state_dict()
         if self.actor_memory is not None and self.critic_memory is not None:
@@ -492,6 +525,15 @@ class PPO:
         self.dist.load_state_dict(state["dist"])
         self.actor_normalizer.load_state_dict(state["actor_normalizer"])
         self.critic_normalizer.load_state_dict(state["critic_normalizer"])
+        if (self.reward_normalizer is not None) != ("reward_normalizer" in state):
+            raise ValueError(
+                f"algo.normalize_rewards: the checkpoint was saved with normalize_rewards="
+                f"{'reward_normalizer' in state}, this agent has {self.reward_normalizer is not None}; "
+                "expected the same setting as the run that saved it")
+        if self.reward_normalizer is not None:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+            saved = state["discounted_return"]
+            self._discounted_return = None if saved is None else torch.as_tensor(saved, device=self.device).clone()
         self.optimizer.load_state_dict(state["optimizer"])
         self.learning_rate.copy_(torch.as_tensor(state["learning_rate"]))
         # Loading replaced the param group's lr with a copy; point it back at the tensor the

@@ -69,6 +69,11 @@ class PPOConfig:
     """``log``: learn ``log std``; ``scalar``: learn ``std`` directly."""
     normalize_obs: bool = True
     """Normalise actor and critic inputs with running statistics (one normaliser per group)."""
+    normalize_rewards: bool = False
+    """Divide each reward by the running standard deviation of the worlds' discounted returns (clipped
+    to +-10), as Stable-Baselines3's ``VecNormalize(norm_reward=True)`` and Gymnasium's
+    ``NormalizeReward`` do: the value targets stay of order one whatever the task's reward scale. Only
+    what PPO learns from is scaled; logged and evaluated returns are the env's."""
     actor_obs_group: str = "policy"
     """Observation group the actor reads (what the deployed robot has)."""
     critic_obs_group: str | None = None
