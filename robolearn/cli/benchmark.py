@@ -41,9 +41,12 @@ from robolearn.benchmark.schedule import (
     RunState,
     SB3Settings,
     command,
+    flat_config,
     plan,
+    read_run_config,
     recipe_differences,
     run_benchmark,
+    same_value,
 )
 from robolearn.benchmark.table import Table, TableError, load_table, table_from_dict, table_names
 from robolearn.utils.config import ConfigError
@@ -155,7 +158,10 @@ def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
     """The whole ``config.json`` a robolearn run of ``table`` would get now from its fresh command
     (:data:`~robolearn.benchmark.schedule.ComposedConfig`): composed with Hydra as ``robolearn train``
     composes it, so the stale check sees every setting (a recipe line deleted, a changed default of the
-    algorithm or runner, a defaults entry after ``_self_``), not only those the recipe file writes.
+    algorithm or runner, a defaults entry after ``_self_``), not only those the recipe file writes. A
+    setting robolearn gained after a run was made (absent from its ``config.json``) is left out for that
+    run where it composes to its default (``task=<task> algo=<algo>`` composed alone): a new setting
+    defaults to the behaviour before it, so every finished run does not go stale with each new option.
 
     One composition per distinct command less its seed and run dir (both are the benchmark's per-run
     keys, not compared), so in practice one per experiment: a composition takes about a second. Hydra
@@ -165,28 +171,60 @@ def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
     """
     cache: dict[tuple[str, ...], dict[str, Any] | TableError] = {}
 
+    def compose(args: Sequence[str], what: str) -> dict[str, Any] | TableError:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        from robolearn.cli.commands import compose_config, job_train_config
+        from robolearn.cli.config import train_config_to_dict
+
+        try:
+            return train_config_to_dict(job_train_config(compose_config("train", list(args)), list(args)))
+        except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
+            return TableError(f"{what} cannot be composed to compare its runs with it ({exc})")
+
     def composed(run: Run) -> dict[str, Any]:
         cmd = command(run, table, RunState.FRESH)
         args = cmd[cmd.index("train") + 1:]  # the overrides after `python -m robolearn.cli train`
         key = tuple(a for a in args if not a.startswith(("seed=", "run_dir=")))
         if key not in cache:
-            from hydra.errors import HydraException
-            from omegaconf.errors import OmegaConfBaseException
-
-            from robolearn.cli.commands import compose_config, job_train_config
-            from robolearn.cli.config import train_config_to_dict
-
-            try:
-                cache[key] = train_config_to_dict(job_train_config(compose_config("train", args), args))
-            except (ConfigError, HydraException, OmegaConfBaseException, ValueError) as exc:
-                cache[key] = TableError(f"experiment {run.entry.experiment} cannot be composed to compare its runs "
-                                        f"with it ({exc})")
+            cache[key] = compose(args, f"experiment {run.entry.experiment}")
         got = cache[key]
         if isinstance(got, TableError):
             raise TableError(str(got))  # a new exception each time: one raised carries its traceback along
-        return got
+        # A setting added to robolearn after the run was made is missing from its config.json; at its
+        # default (what a new setting must default to: the behaviour before it) the run trained as a fresh
+        # run would, so it is left out of the comparison. Set by the recipe to another value, it is not.
+        old = read_run_config(run.run_dir)
+        if old is None:
+            return got
+        have, want = flat_config(old), flat_config(got)
+        missing = [k for k in want if k not in have]
+        if not missing:
+            return got
+        plain_key = (f"task={run.entry.task}", f"algo={run.entry.algo}")
+        if plain_key not in cache:
+            cache[plain_key] = compose(plain_key, f"task {run.entry.task} with algo {run.entry.algo}")
+        defaults = cache[plain_key]
+        if isinstance(defaults, TableError):
+            return got  # no defaults to tell a new setting from a recipe's: every missing key is compared
+        default = flat_config(defaults)
+        return _without(got, [k for k in missing if k in default and same_value(want[k], default[k])])
 
     return composed
+
+
+def _without(config: dict[str, Any], dotted: Sequence[str]) -> dict[str, Any]:
+    """A copy of nested ``config`` less the dotted keys ``dotted`` (as :func:`flat_config` names them)."""
+    out = json.loads(json.dumps(config))
+    for key in dotted:
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return out
 
 
 class RecipeCheck:
