@@ -373,7 +373,8 @@ _ASIDE_WHY: dict[str, str] = {
 """Why a folder is set aside, by its suffix (the warning of :func:`set_aside_all`)."""
 ComposedConfig = Callable[[Run], Mapping[str, Any]]
 """The whole ``config.json`` a robolearn run would get now from the table's fresh command (what
-``robolearn train`` composes: the recipe, its defaults, the algorithm's and runner's defaults).
+``robolearn train`` composes: the recipe, its defaults, the algorithm's and runner's defaults), less
+the settings added to robolearn after that run was made that keep their default.
 ``robolearn benchmark`` passes one that composes with Hydra (:func:`robolearn.cli.benchmark.composer`):
 this package may not import Hydra, so :func:`run_benchmark` and the stale check take it from their caller.
 It is called only for a done or resumable robolearn run with a readable ``config.json``."""
