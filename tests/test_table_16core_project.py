@@ -17,10 +17,12 @@ import table_16core_project as proj  # noqa: E402  (the benchmarks folder is not
 
 
 def test_run_seconds_reads_training_and_evaluation_not_the_last_attempt() -> None:
-    assert proj.run_seconds({"train_time_s": 100.0, "eval_time_s": 5.0}) == (100.0, 105.0)  # SB3's summary
-    assert proj.run_seconds({"train_time_s": 100.0, "wall_time_s": 110.0}) == (100.0, 110.0)  # robolearn's
-    # a robolearn run resumed after an interruption: its wall time is the last part only
-    assert proj.run_seconds({"train_time_s": 100.0, "wall_time_s": 40.0}) == (100.0, 100.0)
+    sb3 = {"train_time_s": 100.0, "eval_time_s": 5.0}
+    robolearn = {"train_time_s": 100.0, "wall_time_s": 110.0}
+    resumed = {"train_time_s": 100.0, "wall_time_s": 40.0}  # a resumed run's total covers its last part only
+    assert proj.run_seconds(sb3) == (100.0, 105.0)
+    assert proj.run_seconds(robolearn) == (100.0, 110.0)
+    assert proj.run_seconds(resumed) == (100.0, 100.0)
 
 
 def test_extrapolate_carries_the_last_segments_rate() -> None:
