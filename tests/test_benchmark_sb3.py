@@ -225,6 +225,35 @@ def test_eval_protocol_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert summary["train_time_s"] < 1000.0
 
 
+@pytest.mark.parametrize(("algo", "kwargs", "trains"), [("ppo", PPO_TINY, 2), ("sac", SAC_TINY, 128 - 40)])
+def test_update_seconds_are_sb3s_train_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str, kwargs: dict[str, Any], trains: int
+) -> None:
+    """``time/update_s`` is the time in SB3's ``train()`` (each call advances a fake clock by 500 s),
+    the rest of ``time/train_s`` is ``collect_rollouts``: none of the 500 s may land there."""
+    cls = sb3_run.sb3_class(algo)
+    real_train, real = cls.train, sb3_run.time.perf_counter
+    offset, calls = [0.0], [0]
+
+    def slow_train(self: Any, *args: Any, **kw: Any) -> None:
+        offset[0] += 500.0
+        calls[0] += 1
+        real_train(self, *args, **kw)
+
+    monkeypatch.setattr(sb3_run.time, "perf_counter", lambda: real() + offset[0])
+    monkeypatch.setattr(cls, "train", slow_train)
+    out = tmp_path / algo
+    assert sb3_run.main(_argv(out, algo, kwargs, 128, 64)) == 0
+    # PPO trains after each 64-step rollout; SAC after every step once 40 are stored (train_freq 1).
+    assert calls[0] == trains
+    summary = json.loads((out / "summary.json").read_text())
+    assert 500.0 * trains <= summary["update_time_s"] < 500.0 * trains + 100.0
+    assert 0.0 < summary["train_time_s"] - summary["update_time_s"] < 100.0
+    rows = _rows(out)
+    assert float(rows[-1]["time/update_s"]) == pytest.approx(summary["update_time_s"])
+    assert float(rows[0]["time/update_s"]) < float(rows[-1]["time/update_s"])
+
+
 def test_sac_resume_continues_rows_counters_and_replay_buffer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,6 +283,7 @@ def test_sac_resume_continues_rows_counters_and_replay_buffer(
         real_init(self, spec, resume)
         loaded.append(int(self.model.replay_buffer.size()) if resume else -1)
         assert self.counters.train_s == pytest.approx(saved[-1]["train_s"])
+        assert self.counters.collect_s == pytest.approx(saved[-1]["collect_s"])  # the profile carries over
 
     monkeypatch.setattr(sb3_run.SB3Run, "__init__", spy_init)
     assert sb3_run.main(argv) == 0
@@ -435,3 +465,14 @@ def test_a_corrupt_checkpoint_or_summary_is_a_clear_error_not_a_traceback(
         (ckpt / name).write_bytes(original)
     assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 128, 64)) == 0  # the intact checkpoint resumes
     assert [int(r["step"]) for r in _rows(out)] == [64, 128]
+
+
+def test_a_checkpoint_without_the_split_leaves_the_profile_unknown(tmp_path: Path) -> None:
+    """A run resumed from a checkpoint written before ``collect_s`` was counted has no profile
+    (``nan``, no ``time/update_s``), rather than calling all its earlier seconds updates."""
+    old = {"env_steps": 64, "train_s": 3.0, "eval_s": 1.0, "evaluations": 1, "next_eval": 128,
+           "best_eval": -5.0, "last_eval": -5.0, "replay_size": None}
+    (tmp_path / "state.json").write_text(json.dumps(old))
+    counters = sb3_run._read_counters(tmp_path / "state.json")
+    assert math.isnan(counters.collect_s) and counters.train_s == 3.0
+    assert sb3_run._counters_json(counters)["collect_s"] is None

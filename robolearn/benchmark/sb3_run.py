@@ -9,7 +9,9 @@ as they read robolearn's:
   "n_envs", ...}``, written once, before training;
 * ``metrics.csv``: one row per evaluation, columns ``step`` (= ``env_steps``), ``env_steps``,
   ``eval/return``, ``eval/return_std``, ``eval/episode_length``, ``train/return`` (mean of SB3's
-  last 100 training episodes), ``time/train_s`` and ``time/env_steps_per_s``;
+  last 100 training episodes), ``time/train_s``, ``time/update_s`` (the part of ``time/train_s``
+  outside SB3's ``collect_rollouts``: its ``train()``, as robolearn's runners log it) and
+  ``time/env_steps_per_s``;
 * ``summary.json``, written last, once the budget is reached (``env_steps``, ``train_time_s``,
   ``final_eval_return``, ``best_eval_return``, ...).
 
@@ -154,6 +156,9 @@ class Counters:
 
     env_steps: int = 0
     train_s: float = 0.0
+    collect_s: float = 0.0
+    """The part of ``train_s`` inside SB3's ``collect_rollouts`` (acting, physics, storing, and PPO's
+    GAE); the rest is ``train()``, the update. ``nan``: resumed from a checkpoint that did not count it."""
     eval_s: float = 0.0
     evaluations: int = 0
     next_eval: int = 0
@@ -365,6 +370,7 @@ class SB3Run:
         self.venv = venv
         self.logger: Logger | None = None
         self._segment = 0.0
+        self._collect_start = 0.0
 
     # the clock: training seconds accumulate between evaluations only
     def _pause(self) -> None:
@@ -390,6 +396,10 @@ class SB3Run:
                     run._pause()
                     run.evaluation()
                     run._resume_clock()
+                run._collect_start = time.perf_counter()
+
+            def _on_rollout_end(self) -> None:
+                run.counters.collect_s += time.perf_counter() - run._collect_start
 
         spec = self.spec
         self.logger = Logger(spec.out, tensorboard=False, csv=True, console=False)
@@ -425,6 +435,9 @@ class SB3Run:
             metrics["train/return"] = float(np.mean([ep["r"] for ep in episodes]))
         metrics["env_steps"] = float(c.env_steps)
         metrics["time/train_s"] = c.train_s
+        if math.isfinite(c.collect_s):
+            # As robolearn's runner logs it: the update's part of the training seconds (the profile).
+            metrics["time/update_s"] = c.train_s - c.collect_s
         metrics["time/env_steps_per_s"] = c.env_steps / max(c.train_s, 1e-9)
         self.logger.log(metrics, step=c.env_steps)
         c.eval_s += time.perf_counter() - t0
@@ -459,6 +472,7 @@ class SB3Run:
             "best_eval_return": c.best_eval if math.isfinite(c.best_eval) else math.nan,
             "env_steps": c.env_steps,
             "train_time_s": c.train_s,
+            "update_time_s": c.train_s - c.collect_s if math.isfinite(c.collect_s) else None,
             "eval_time_s": c.eval_s,
             "env_steps_per_s": c.env_steps / max(c.train_s, 1e-9),
             "evaluations": c.evaluations,
@@ -505,6 +519,7 @@ def grow_replay_buffer(buffer: Any, capacity: int) -> None:
 def _counters_json(c: Counters) -> dict[str, Any]:
     return {
         "env_steps": c.env_steps, "train_s": c.train_s, "eval_s": c.eval_s, "evaluations": c.evaluations,
+        "collect_s": c.collect_s if math.isfinite(c.collect_s) else None,
         "next_eval": c.next_eval, "best_eval": c.best_eval if math.isfinite(c.best_eval) else None,
         "last_eval": c.last_eval if math.isfinite(c.last_eval) else None, "replay_size": c.replay_size,
     }
@@ -518,6 +533,8 @@ def _read_counters(path: Path) -> Counters:
         best_eval=-math.inf if d["best_eval"] is None else float(d["best_eval"]),
         last_eval=math.nan if d["last_eval"] is None else float(d["last_eval"]),
         replay_size=d.get("replay_size"),
+        # Checkpoints written before the split was counted: the run's profile is unknown, not zero.
+        collect_s=math.nan if d.get("collect_s") is None else float(d["collect_s"]),
     )
 
 

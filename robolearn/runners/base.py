@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -85,12 +85,18 @@ class RunInterrupted(KeyboardInterrupt):
         """The checkpoint the run can be resumed from (``None`` if there is none)."""
 
 
+_T = TypeVar("_T")
+
+
 class BaseRunner:
     """The shared loop; a subclass implements :meth:`_iterate` and :meth:`_iteration_length`."""
 
     unit: str = "env_steps"
     """What a step is (``env_steps``: worlds x control steps; ``grad_steps`` offline): the name of
     the step column in ``metrics.csv``, of the summary's counter and of the progress bar's unit."""
+    times_updates: bool = False
+    """Whether :meth:`_iterate` times its updates (:meth:`_timed_update`): then ``metrics.csv`` has
+    ``time/update_s`` and the summary ``update_time_s``, the profile of the training seconds."""
 
     def __init__(
         self,
@@ -136,6 +142,9 @@ class BaseRunner:
         """Steps taken so far, in :attr:`unit`."""
         self.train_time = 0.0
         """Seconds spent in iterations (collecting and updating), summed over resumes."""
+        self.update_time = 0.0
+        """The part of :attr:`train_time` spent in the agent's updates (runners that
+        :attr:`times_updates`; the rest is acting, simulating and storing), summed over resumes."""
         self.total_time = 0.0
         """Seconds of the whole run before this session (evaluations, checkpoints, video included)."""
         self.best_eval = -math.inf
@@ -333,6 +342,9 @@ class BaseRunner:
                 # Training seconds so far (evaluations, checkpoints and logging left out; carried over
                 # a resume): the x axis of wall-clock-to-threshold comparisons (robolearn.benchmark).
                 metrics["time/train_s"] = self.train_time
+                if self.times_updates:
+                    # The profile of the training seconds: update vs collection (robolearn.benchmark's report).
+                    metrics["time/update_s"] = self.update_time
                 logger.log(metrics, step=self.steps)
                 if self.dist is not None:
                     self._agree(interrupt)
@@ -482,6 +494,7 @@ class BaseRunner:
                 "update_idx": self.update_idx,
                 "steps": self.steps,
                 "train_time": self.train_time,
+                "update_time": self.update_time,
                 "total_time": self.total_time + elapsed,
                 "best_eval": self.best_eval,
                 "last_eval": self.last_eval,
@@ -568,6 +581,7 @@ class BaseRunner:
         self.steps = int(c.get("steps", c.get("env_steps", 0)))  # "env_steps": checkpoints of earlier versions
         self.train_time = float(c.get("train_time", c.get("wall_time", 0.0)))
         self.total_time = float(c.get("total_time", self.train_time))
+        self.update_time = float(c.get("update_time", 0.0))  # absent from checkpoints of earlier versions
         self.best_eval, self.last_eval = float(c["best_eval"]), float(c["last_eval"])
         self.skipped_updates = int(c["skipped_updates"])
         self.num_diverged = int(c.get("num_diverged", 0))
@@ -575,7 +589,7 @@ class BaseRunner:
     # -- the end of the run --------------------------------------------------------------------
     def _summary(self, session_start: float) -> dict[str, Any]:
         """What ``summary.json`` holds; subclasses add their own entries."""
-        return {
+        summary: dict[str, Any] = {
             "final_eval_return": self.last_eval,
             "best_eval_return": self.best_eval if math.isfinite(self.best_eval) else math.nan,
             self.unit: self.steps,
@@ -586,6 +600,19 @@ class BaseRunner:
             "skipped_updates": self.skipped_updates,
             "num_diverged": self.num_diverged,
         }
+        if self.times_updates:
+            summary["update_time_s"] = self.update_time
+        return summary
+
+    def _timed_update(self, update: Callable[[], _T]) -> _T:
+        """Call ``update`` and add its seconds to :attr:`update_time` (a CUDA update is timed as
+        far as its kernels were queued: the split is exact on the CPU, indicative on a GPU).
+        """
+        start = time.perf_counter()
+        try:
+            return update()
+        finally:
+            self.update_time += time.perf_counter() - start
 
     def _finish(self, session_start: float) -> dict[str, Any]:
         """Write the summary (the checkpoint is already written), then the optional video and plot.

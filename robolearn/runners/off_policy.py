@@ -18,6 +18,8 @@ from robolearn.types import NonFiniteValue, Transition
 class OffPolicyRunner(BaseRunner):
     """Trains an off-policy algorithm (SAC) on a batched env and writes a run directory."""
 
+    times_updates = True  # each agent.update() (its gradient steps) is timed; acting, physics and storing are the rest
+
     def _iteration_length(self) -> int:
         """One iteration is ``cfg.steps_per_iteration`` control steps of every world (of every rank)."""
         return int(self.cfg.steps_per_iteration) * int(self.env.num_envs) * self.world_size
@@ -44,7 +46,7 @@ class OffPolicyRunner(BaseRunner):
                 self.agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
                 self._record(info)
                 obs = next_obs
-                stats = self.agent.update() or stats
+                stats = self._timed_update(self.agent.update) or stats
             return stats
 
         # The guard covers the whole iteration: if its updates blew up, the networks go back to

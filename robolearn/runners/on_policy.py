@@ -14,6 +14,8 @@ from robolearn.types import Transition
 class OnPolicyRunner(BaseRunner):
     """Trains an on-policy algorithm (PPO) on a batched env and writes a run directory."""
 
+    times_updates = True  # the update (epochs of minibatches) is timed; acting, physics, storing and GAE are the rest
+
     def _iteration_length(self) -> int:
         """One iteration is ``agent.cfg.num_steps`` control steps of every world (of every rank), then an update."""
         return int(self.agent.cfg.num_steps) * int(self.env.num_envs) * self.world_size
@@ -26,4 +28,4 @@ class OnPolicyRunner(BaseRunner):
             self._record(info)
             obs = next_obs
         self.agent.compute_returns(obs)
-        return obs, self._guarded(self.agent.update)
+        return obs, self._guarded(lambda: self._timed_update(self.agent.update))
