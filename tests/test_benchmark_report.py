@@ -80,6 +80,10 @@ def seconds_per_step(lib_rate: float, seed: int) -> float:
     return lib_rate * (1 + seed / 10)
 
 
+UPDATE_SHARE = 0.25
+"""The part of robolearn's training seconds its synthetic runs spent in updates (SB3's record none)."""
+
+
 def write_run(path: Path, lib: str, seed: int, per_step: float, returns: list[float], *, finished: bool = True) -> None:
     """A run directory as a runner writes it: rows every 500 env steps, evaluations every 1000."""
     path.mkdir(parents=True)
@@ -100,6 +104,7 @@ def write_run(path: Path, lib: str, seed: int, per_step: float, returns: list[fl
                                    "final_eval_return": returns[-1], "best_eval_return": max(returns)}
         if lib == "robolearn":  # SB3 summaries leave the rate out: the report divides steps by seconds
             summary["env_steps_per_s"] = 1.0 / per_step
+            summary["update_time_s"] = UPDATE_SHARE * last * per_step
         (path / "summary.json").write_text(json.dumps(summary))
 
 
@@ -189,6 +194,28 @@ def test_ratio_and_verdict(page: tuple[Path, str]) -> None:
     assert beta[9] == "—"
     # Only the robolearn row carries the comparison.
     assert row(text, "alpha_ppo", "sb3_zoo")[7:9] == ["", ""]
+
+
+def test_why_takes_each_time_ratio_apart_and_profiles_the_seconds(page: tuple[Path, str]) -> None:
+    _, text = page
+    alpha = text.split("## alpha_ppo")[1].split("## beta_sac")[0]
+    # >=100 against sb3_zoo (the soonest there): 110 s over 20 s = 5.50x; both at 2,000 env steps
+    # (1.00x), so all of it is seconds per env step: 110 s / 2,000 = 55,000 µs against 20 s / 2,000.
+    assert "- ≥100, sb3_zoo / robolearn = 5.50x: 1.00x the env steps (2,000 vs 2,000) x 5.50x the " \
+           "training seconds per env step (55,000 µs vs 10,000 µs)" in alpha
+    # >=300: 220 s / 36 s = 6.11x = 4,000 / 3,000 env steps (1.33x) x 55,000 / 12,000 µs (4.58x).
+    assert "- ≥300, sb3_zoo / robolearn = 6.11x: 1.33x the env steps (4,000 vs 3,000) x 4.58x the " \
+           "training seconds per env step (55,000 µs vs 12,000 µs)" in alpha
+    # Whole runs: robolearn 10,000 / 11,000 / 12,000 µs per env step (median 11,000), a quarter of it
+    # in updates; the SB3 runs recorded no split.
+    assert ("- training seconds per env step, whole runs, median over seeds: robolearn 11,000 µs (8,250 µs "
+            "collecting, 2,750 µs updating: 25% updates); sb3_default 110,000 µs (split not recorded by 3 of 3 "
+            "runs); sb3_zoo 55,000 µs (split not recorded by 3 of 3 runs)") in alpha
+    beta = text.split("## beta_sac")[1]
+    # beta: sb3_default's seeds reached 50 at 2,000 steps (20 and 22 s: median 21 s) against robolearn's
+    # median 2,500 steps and 54 s: 0.39x = 0.80x the steps x 0.49x the seconds per step (10,500 / 21,600 µs).
+    assert "- ≥50, sb3_default / robolearn = 0.39x: 0.80x the env steps (2,000 vs 2,500) x 0.49x the training " \
+           "seconds per env step (10,500 µs vs 21,600 µs)" in beta
 
 
 def test_missing_and_unfinished_runs_are_shown(page: tuple[Path, str]) -> None:

@@ -26,7 +26,11 @@ What the page reports per entry and library:
   the SB3 configuration that reached that threshold soonest; a lower bound from SB3's whole
   training time where none reached it) and the verdict on the issue's target: robolearn reaches
   every threshold that either side reached at least 3x sooner, and its final IQM is no lower than
-  the SB3 configuration with the higher final IQM (see :func:`_verdict`).
+  the SB3 configuration with the higher final IQM (see :func:`_verdict`);
+- under each entry, why: every time ratio taken apart into SB3's env steps over robolearn's and its
+  training seconds per env step over robolearn's (exactly their product), and each library's
+  training seconds per env step split into collection and updates where its runs recorded
+  ``update_time_s`` (the profile, :func:`_why`).
 
 Nothing of the report depends on the clock: the same run directories and repository give
 byte-identical markdown.
@@ -78,6 +82,11 @@ class RunResult:
     """The evaluation returns."""
     steps_per_s: float
     """Env steps per training second over the whole run (its summary)."""
+    update_s: float = math.nan
+    """Training seconds spent in updates (the summary's ``update_time_s``; ``nan`` where the run
+    did not record the split: runs made before it was logged)."""
+    train_s: float = math.nan
+    """Training seconds of the whole run (the summary's ``train_time_s``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +206,9 @@ def _read_run(path: Path, seed: int, budget: int) -> RunResult | _NotCounted:
     train_s = float(summary.get("train_time_s", math.nan))
     rate = summary.get("env_steps_per_s")
     steps_per_s = float(rate) if rate is not None else done / train_s if train_s > 0 else math.nan
-    return RunResult(seed, path, curve.steps, seconds, curve.values, steps_per_s)
+    update = summary.get("update_time_s")
+    update_s = float(update) if isinstance(update, (int, float)) and not isinstance(update, bool) else math.nan
+    return RunResult(seed, path, curve.steps, seconds, curve.values, steps_per_s, update_s, train_s)
 
 
 def _reach(runs: Sequence[RunResult], threshold: float) -> Reach:
@@ -281,6 +292,12 @@ def _train_seconds(result: LibResult) -> float:
     return float(np.median([run.seconds[-1] for run in result.runs])) if result.runs else math.nan
 
 
+def _fastest(sb3: Sequence[LibResult], index: int) -> LibResult:
+    """The SB3 configuration that reached threshold ``index`` soonest (among equals, both never,
+    the better final IQM): the opponent of robolearn's time there."""
+    return min(sb3, key=lambda r: (r.reach[index].seconds, -r.final.value if r.final else math.inf))
+
+
 def _verdict(ours: LibResult, results: Sequence[LibResult]) -> tuple[list[str], str, str]:
     """The time-ratio cells (one per threshold), the verdict of the issue's target, and
     ``" (vs <lib>)"`` when one SB3 configuration was the opponent at every threshold.
@@ -299,8 +316,7 @@ def _verdict(ours: LibResult, results: Sequence[LibResult]) -> tuple[list[str], 
     opponents: list[str | None] = []
     judged: list[bool] = []
     for i, mine in enumerate(ours.reach):
-        # Soonest first; among equals (both never) the better final IQM.
-        fastest = min(sb3, key=lambda r: (r.reach[i].seconds, -r.final.value if r.final else math.inf))
+        fastest = _fastest(sb3, i)
         a, b = mine.seconds, fastest.reach[i].seconds
         opponents.append(fastest.lib if math.isfinite(b) else None)
         if math.isfinite(a) and math.isfinite(b):
@@ -329,6 +345,58 @@ def _verdict(ours: LibResult, results: Sequence[LibResult]) -> tuple[list[str], 
     if short and verdict != "n/a":
         verdict += f", incomplete ({', '.join(short)} seeds)"
     return cells, verdict, against
+
+
+# -- why: the time ratio taken apart, and where the training seconds go ----------------------------
+def _why(ours: LibResult | None, results: Sequence[LibResult]) -> list[str]:
+    """The page's explanation of each time ratio: SB3's time over robolearn's to a threshold is
+    exactly (SB3's env steps to it over robolearn's) x (SB3's training seconds per env step there over
+    robolearn's), medians over seeds; so a miss reads as sample efficiency, speed per env step, or
+    both. Then each library's training seconds per env step over its whole runs, split into collection
+    (acting, physics, storing) and updates where the runs recorded ``update_time_s``: the profile.
+    """
+    lines: list[str] = []
+    sb3 = [r for r in results if r.lib.startswith("sb3") and r.runs]
+    if ours is not None and ours.runs and sb3 and all(r.final is not None for r in sb3):
+        for i, mine in enumerate(ours.reach):
+            other = _fastest(sb3, i).reach[i]
+            if not (math.isfinite(mine.seconds) and math.isfinite(other.seconds)) or min(mine.steps, mine.seconds) <= 0:
+                continue
+            lib = _fastest(sb3, i).lib
+            steps_ratio = other.steps / mine.steps
+            mine_us, other_us = 1e6 * mine.seconds / mine.steps, 1e6 * other.seconds / other.steps
+            lines.append(
+                f"≥{_thr(mine.threshold)}, {lib} / robolearn = {other.seconds / mine.seconds:.2f}x: "
+                f"{steps_ratio:.2f}x the env steps ({_steps(other.steps)} vs {_steps(mine.steps)}) "
+                f"x {other_us / mine_us:.2f}x the training seconds per env step "
+                f"({_us(other_us)} vs {_us(mine_us)})"
+            )
+    profile = []
+    for result in results:
+        if not result.runs:
+            continue
+        per_step = [1e6 * run.train_s / run.steps[-1] for run in result.runs
+                    if math.isfinite(run.train_s) and run.steps[-1] > 0]
+        split = [run for run in result.runs if math.isfinite(run.update_s) and math.isfinite(run.train_s)]
+        if not per_step:
+            continue
+        text = f"{result.lib} {_us(float(np.median(per_step)))}"
+        if len(split) == len(result.runs):
+            update = float(np.median([1e6 * r.update_s / r.steps[-1] for r in split]))
+            collect = float(np.median([1e6 * (r.train_s - r.update_s) / r.steps[-1] for r in split]))
+            share = float(np.median([r.update_s / r.train_s for r in split if r.train_s > 0] or [math.nan]))
+            text += f" ({_us(collect)} collecting, {_us(update)} updating: {share:.0%} updates)"
+        else:
+            text += f" (split not recorded by {len(result.runs) - len(split)} of {len(result.runs)} runs)"
+        profile.append(text)
+    if profile:
+        lines.append("training seconds per env step, whole runs, median over seeds: " + "; ".join(profile))
+    return lines
+
+
+def _us(value: float) -> str:
+    """Microseconds, as the page writes them."""
+    return f"{value:,.0f} µs" if value >= 10 else f"{value:.1f} µs"
 
 
 # -- curves ---------------------------------------------------------------------------------------
@@ -717,6 +785,10 @@ def write_report(
         facts += [f"{r.lib} {note}" for r in results for note in r.notes]
         if facts:
             lines += [""] + [f"- {fact}" for fact in facts]
+        why = _why(next((r for r in results if r.lib == ROBOLEARN), None), results)
+        if why:
+            lines += ["", "Why (the time ratios taken apart; the profile of the training seconds):", ""]
+            lines += [f"- {line}" for line in why]
 
     write_files(fig_dir, figures)
     write_files(md_path.parent, {md_path.name: ("\n".join(lines) + "\n").encode()})
