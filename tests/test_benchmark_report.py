@@ -96,6 +96,8 @@ def write_run(path: Path, lib: str, seed: int, per_step: float, returns: list[fl
         for step in range(500, last + 1, 500):
             row = {"env_steps": float(step), "time/train_s": step * per_step,
                    "time/env_steps_per_s": 1.0 / per_step}
+            if lib == "robolearn":  # the profile: robolearn's runs record their update seconds, SB3's here do not
+                row["time/update_s"] = UPDATE_SHARE * step * per_step
             if step % 1000 == 0:
                 row["eval/return"] = float(returns[step // 1000 - 1])
             logger.log(row, step=step)
@@ -104,7 +106,6 @@ def write_run(path: Path, lib: str, seed: int, per_step: float, returns: list[fl
                                    "final_eval_return": returns[-1], "best_eval_return": max(returns)}
         if lib == "robolearn":  # SB3 summaries leave the rate out: the report divides steps by seconds
             summary["env_steps_per_s"] = 1.0 / per_step
-            summary["update_time_s"] = UPDATE_SHARE * last * per_step
         (path / "summary.json").write_text(json.dumps(summary))
 
 
@@ -206,16 +207,38 @@ def test_why_takes_each_time_ratio_apart_and_profiles_the_seconds(page: tuple[Pa
     # >=300: 220 s / 36 s = 6.11x = 4,000 / 3,000 env steps (1.33x) x 55,000 / 12,000 µs (4.58x).
     assert "- ≥300, sb3_zoo / robolearn = 6.11x: 1.33x the env steps (4,000 vs 3,000) x 4.58x the " \
            "training seconds per env step (55,000 µs vs 12,000 µs)" in alpha
-    # Whole runs: robolearn 10,000 / 11,000 / 12,000 µs per env step (median 11,000), a quarter of it
-    # in updates; the SB3 runs recorded no split.
-    assert ("- training seconds per env step, whole runs, median over seeds: robolearn 11,000 µs (8,250 µs "
-            "collecting, 2,750 µs updating: 25% updates); sb3_default 110,000 µs (split not recorded by 3 of 3 "
-            "runs); sb3_zoo 55,000 µs (split not recorded by 3 of 3 runs)") in alpha
+    # Second halves (2,000 -> 4,000 env steps): robolearn's seeds at 10,000 / 11,000 / 12,000 µs per
+    # env step, a quarter in updates: medians 8,250 collecting and 2,750 updating. SB3's runs recorded
+    # no split and there is no profile folder: SB3 is not in the line.
+    assert ("- training seconds per env step, second half of each run, median over seeds: robolearn 8,250 µs "
+            "collecting + 2,750 µs updating (25% updates)\n") in alpha
     beta = text.split("## beta_sac")[1]
     # beta: sb3_default's seeds reached 50 at 2,000 steps (20 and 22 s: median 21 s) against robolearn's
     # median 2,500 steps and 54 s: 0.39x = 0.80x the steps x 0.49x the seconds per step (10,500 / 21,600 µs).
     assert "- ≥50, sb3_default / robolearn = 0.39x: 0.80x the env steps (2,000 vs 2,500) x 0.49x the training " \
            "seconds per env step (10,500 µs vs 21,600 µs)" in beta
+
+
+def test_a_profile_folder_fills_the_split_the_table_runs_lack(out: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "profile"
+    # One finished profile run of sb3_zoo: rows every 500 env steps to 4,000, 40 ms a step, 30 of them
+    # updating; its second half (2,000 -> 4,000) gives 10,000 µs collecting + 30,000 updating (75%).
+    run = profile / "alpha_ppo" / "sb3_zoo" / "seed0"
+    run.mkdir(parents=True)
+    with Logger(run, tensorboard=False, console=False) as logger:
+        for step in range(500, 4001, 500):
+            logger.log({"env_steps": float(step), "time/train_s": 0.04 * step, "time/update_s": 0.03 * step},
+                       step=step)
+    (run / "summary.json").write_text(json.dumps({"env_steps": 4000}))
+    # A set-aside run of sb3_default is not read.
+    aside = profile / "alpha_ppo" / "sb3_default" / "seed0.stale-20261127T000000Z"
+    shutil.copytree(run, aside)
+    text = write_report(TABLE, out, tmp_path / "site" / "RESULTS.md", tmp_path / "site" / "fig", reps=REPS,
+                        profile=profile).read_text()
+    alpha = text.split("## alpha_ppo")[1].split("## beta_sac")[0]
+    assert ("robolearn 8,250 µs collecting + 2,750 µs updating (25% updates); sb3_zoo (profile run) "
+            "10,000 µs collecting + 30,000 µs updating (75% updates)\n") in alpha
+    assert "sb3_default (profile run)" not in text
 
 
 def test_missing_and_unfinished_runs_are_shown(page: tuple[Path, str]) -> None:

@@ -25,7 +25,7 @@ import pytest
 
 from robolearn.benchmark import schedule
 from robolearn.benchmark.schedule import Run, RunState, command, plan, run_benchmark, run_state
-from robolearn.benchmark.table import Table, TableError, load_table, table_from_dict
+from robolearn.benchmark.table import Table, TableError, ZooHyperparams, load_table, table_from_dict
 from robolearn.cli.benchmark import composer
 from robolearn.cli.benchmark import main as benchmark_main
 
@@ -1269,3 +1269,47 @@ def test_a_stale_run_outside_the_selection_is_warned_of_and_a_refused_table_is_n
     result = run_benchmark(load_table(path, check_tasks=False), out, launcher=launcher, seeds=[1], composed=now)
     assert launcher.runs == ["e/robolearn/seed1"] and [s.run.seed for s in result.stale_elsewhere] == [0]
     assert result.aside == {} and (out / "e" / "robolearn" / "seed0" / "config.json").is_file()
+
+
+# -- the profile --------------------------------------------------------------------------------
+def test_profile_table_sizes_each_entry_past_its_warmup(smoke: Table) -> None:
+    from robolearn.benchmark.table import profile_table
+
+    short = profile_table(smoke, 0.25, {"cartpole_sac": 100})
+    assert short.name == "smoke-profile" and short.seeds == smoke.seeds and short.libs == smoke.libs
+    ppo, sac = short.entries
+    assert (ppo.env_steps, ppo.eval_every) == (1024, 128)  # a quarter of 4,096; 8 rows
+    # SAC: at least 2 x 100 + 4,000, capped at the entry's budget of 1,000.
+    assert (sac.env_steps, sac.eval_every) == (1000, 125)
+    bigger = dataclasses.replace(smoke, entries=(dataclasses.replace(smoke.entries[1], env_steps=60_000),))
+    assert profile_table(bigger, 0.01, {"cartpole_sac": 10_000}).entries[0].env_steps == 24_000
+    assert profile_table(bigger, 0.5, {"cartpole_sac": 10_000}).entries[0].env_steps == 30_000
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(TableError, match="fraction: expected a number in"):
+            profile_table(smoke, bad)
+
+
+def test_warmups_take_the_longest_learning_starts_of_an_entrys_libraries(tmp_path: Path, smoke: Table) -> None:
+    from robolearn.cli.benchmark import warmups
+
+    # cartpole_sac: the recipe's algo.learning_starts (2,000, composed) against SB3's 200 here.
+    assert warmups(smoke, tmp_path / "out") == {"cartpole_sac": 2000}
+    zoo = ZooHyperparams(source="zoo", kwargs={"learning_starts": 10_000})
+    sac = dataclasses.replace(smoke.entries[1], sb3=dataclasses.replace(smoke.entries[1].sb3, zoo=zoo))
+    with_zoo = dataclasses.replace(smoke, libs=("robolearn", "sb3_default", "sb3_zoo"), entries=(sac,))
+    assert warmups(with_zoo, tmp_path / "out") == {"cartpole_sac": 10_000}
+
+
+def test_cli_profile_runs_the_short_table_and_records_the_split(tmp_path: Path) -> None:
+    out = tmp_path / "profile"
+    assert benchmark_main(["profile", "table=smoke", f"out={out}", "entries=cartpole_ppo", "fraction=0.5"]) == 0
+    written = json.loads((out / "table.json").read_text())
+    assert written["name"] == "smoke-profile" and written["entries"][0]["env_steps"] == 2048
+    for lib in ("robolearn", "sb3_default"):
+        run_dir = out / "cartpole_ppo" / lib / "seed0"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["env_steps"] >= 2048
+        assert 0 < summary["update_time_s"] < summary["train_time_s"], lib
+        assert "time/update_s" in (run_dir / "metrics.csv").read_text().splitlines()[0]
+    assert not (out / "cartpole_ppo" / "robolearn" / "seed1").exists()  # seed 0 only, by default
+    assert benchmark_main(["profile", "table=smoke", f"out={out}", "fraction=2"]) == 2

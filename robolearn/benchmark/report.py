@@ -38,6 +38,7 @@ byte-identical markdown.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import logging
@@ -82,11 +83,9 @@ class RunResult:
     """The evaluation returns."""
     steps_per_s: float
     """Env steps per training second over the whole run (its summary)."""
-    update_s: float = math.nan
-    """Training seconds spent in updates (the summary's ``update_time_s``; ``nan`` where the run
-    did not record the split: runs made before it was logged)."""
-    train_s: float = math.nan
-    """Training seconds of the whole run (the summary's ``train_time_s``)."""
+    split: tuple[float, float, float] | None = None
+    """Env steps, training seconds and update seconds over the second half of the run (:func:`_split`);
+    ``None`` where the run did not record ``time/update_s`` (runs made before it was logged)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,9 +205,33 @@ def _read_run(path: Path, seed: int, budget: int) -> RunResult | _NotCounted:
     train_s = float(summary.get("train_time_s", math.nan))
     rate = summary.get("env_steps_per_s")
     steps_per_s = float(rate) if rate is not None else done / train_s if train_s > 0 else math.nan
-    update = summary.get("update_time_s")
-    update_s = float(update) if isinstance(update, (int, float)) and not isinstance(update, bool) else math.nan
-    return RunResult(seed, path, curve.steps, seconds, curve.values, steps_per_s, update_s, train_s)
+    return RunResult(seed, path, curve.steps, seconds, curve.values, steps_per_s, _split(path))
+
+
+def _split(path: Path) -> tuple[float, float, float] | None:
+    """(env steps, training seconds, update seconds) between the first ``metrics.csv`` row at or past
+    half the run's last env step and its last row: the run's steady state, past any warm-up (SAC's
+    random steps) and start-up; ``None`` without ``time/update_s`` or two such rows.
+    """
+    rows = []
+    try:
+        with (path / "metrics.csv").open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    rows.append((float(row["env_steps"]), float(row["time/train_s"]), float(row["time/update_s"])))
+                except (KeyError, TypeError, ValueError):  # no such column, or not on this row
+                    continue
+    except OSError:
+        return None
+    rows = [r for r in rows if all(math.isfinite(v) for v in r)]
+    if len(rows) < 2:
+        return None
+    last = rows[-1]
+    first = next(r for r in rows if r[0] >= last[0] / 2)
+    if first is last:
+        first = rows[-2]
+    steps, train, update = (b - a for a, b in zip(first, last, strict=True))
+    return (steps, train, update) if steps > 0 and train > 0 else None
 
 
 def _reach(runs: Sequence[RunResult], threshold: float) -> Reach:
@@ -294,7 +317,8 @@ def _train_seconds(result: LibResult) -> float:
 
 def _fastest(sb3: Sequence[LibResult], index: int) -> LibResult:
     """The SB3 configuration that reached threshold ``index`` soonest (among equals, both never,
-    the better final IQM): the opponent of robolearn's time there."""
+    the better final IQM): the opponent of robolearn's time there.
+    """
     return min(sb3, key=lambda r: (r.reach[index].seconds, -r.final.value if r.final else math.inf))
 
 
@@ -348,12 +372,17 @@ def _verdict(ours: LibResult, results: Sequence[LibResult]) -> tuple[list[str], 
 
 
 # -- why: the time ratio taken apart, and where the training seconds go ----------------------------
-def _why(ours: LibResult | None, results: Sequence[LibResult]) -> list[str]:
+def _why(
+    ours: LibResult | None, results: Sequence[LibResult],
+    profiled: Mapping[str, list[tuple[float, float, float]]] | None = None,
+) -> list[str]:
     """The page's explanation of each time ratio: SB3's time over robolearn's to a threshold is
     exactly (SB3's env steps to it over robolearn's) x (SB3's training seconds per env step there over
     robolearn's), medians over seeds; so a miss reads as sample efficiency, speed per env step, or
-    both. Then each library's training seconds per env step over its whole runs, split into collection
-    (acting, physics, storing) and updates where the runs recorded ``update_time_s``: the profile.
+    both. Then each library's training seconds per env step in the second half of its runs (past any
+    warm-up), split into collection (acting, physics, storing) and updates: the profile, from the
+    table's runs where they recorded ``time/update_s``, else from ``profiled`` (lib -> the splits of
+    its ``benchmark profile`` runs).
     """
     lines: list[str] = []
     sb3 = [r for r in results if r.lib.startswith("sb3") and r.runs]
@@ -371,27 +400,37 @@ def _why(ours: LibResult | None, results: Sequence[LibResult]) -> list[str]:
                 f"x {other_us / mine_us:.2f}x the training seconds per env step "
                 f"({_us(other_us)} vs {_us(mine_us)})"
             )
-    profile = []
+    parts = []
     for result in results:
-        if not result.runs:
+        splits = [run.split for run in result.runs if run.split is not None]
+        source = ""
+        if not splits and profiled is not None:
+            splits, source = profiled.get(result.lib, []), " (profile run)"
+        if not splits:
             continue
-        per_step = [1e6 * run.train_s / run.steps[-1] for run in result.runs
-                    if math.isfinite(run.train_s) and run.steps[-1] > 0]
-        split = [run for run in result.runs if math.isfinite(run.update_s) and math.isfinite(run.train_s)]
-        if not per_step:
-            continue
-        text = f"{result.lib} {_us(float(np.median(per_step)))}"
-        if len(split) == len(result.runs):
-            update = float(np.median([1e6 * r.update_s / r.steps[-1] for r in split]))
-            collect = float(np.median([1e6 * (r.train_s - r.update_s) / r.steps[-1] for r in split]))
-            share = float(np.median([r.update_s / r.train_s for r in split if r.train_s > 0] or [math.nan]))
-            text += f" ({_us(collect)} collecting, {_us(update)} updating: {share:.0%} updates)"
-        else:
-            text += f" (split not recorded by {len(result.runs) - len(split)} of {len(result.runs)} runs)"
-        profile.append(text)
-    if profile:
-        lines.append("training seconds per env step, whole runs, median over seeds: " + "; ".join(profile))
+        collect = float(np.median([1e6 * (t - u) / n for n, t, u in splits]))
+        update = float(np.median([1e6 * u / n for n, t, u in splits]))
+        share = float(np.median([u / t for _, t, u in splits]))
+        parts.append(f"{result.lib}{source} {_us(collect)} collecting + {_us(update)} updating ({share:.0%} updates)")
+    if parts:
+        lines.append("training seconds per env step, second half of each run, median over seeds: " + "; ".join(parts))
     return lines
+
+
+def _profiled(profile: Path, entry: str) -> dict[str, list[tuple[float, float, float]]]:
+    """Lib -> the second-half splits of the finished runs of ``entry`` in a profile folder."""
+    found: dict[str, list[tuple[float, float, float]]] = {}
+    folder = profile / entry
+    if not folder.is_dir():
+        return found
+    for lib_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        for run in sorted(lib_dir.glob("seed*")):
+            # A finished run only (a summary), and not one set aside (seed<S>.stale-..., .short-...).
+            if run.name[4:].isdigit() and (run / "summary.json").is_file():
+                split = _split(run)
+                if split is not None:
+                    found.setdefault(lib_dir.name, []).append(split)
+    return found
 
 
 def _us(value: float) -> str:
@@ -656,6 +695,7 @@ def write_report(
     reps: int = 2000,
     seed: int = 0,
     stale: StaleCheck | None = None,
+    profile: Path | str | None = None,
 ) -> Path:
     """Write ``results_md`` and one ``<entry id>.png`` per entry into ``figures_dir`` from the run
     directories under ``out_dir`` (see the module docstring).
@@ -670,6 +710,8 @@ def write_report(
         seed: seed of every bootstrap (the page is reproducible).
         stale: tells a finished run made by another recipe than the table's now (left out of the
             statistics, listed under its entry); ``None``: no run is checked.
+        profile: the out folder of ``robolearn benchmark profile``: its finished runs give the
+            collection/update split of a library whose table runs did not record one.
 
     Returns:
         The path of the markdown file.
@@ -785,7 +827,8 @@ def write_report(
         facts += [f"{r.lib} {note}" for r in results for note in r.notes]
         if facts:
             lines += [""] + [f"- {fact}" for fact in facts]
-        why = _why(next((r for r in results if r.lib == ROBOLEARN), None), results)
+        profiled = _profiled(Path(profile), str(entry["id"])) if profile is not None else None
+        why = _why(next((r for r in results if r.lib == ROBOLEARN), None), results, profiled)
         if why:
             lines += ["", "Why (the time ratios taken apart; the profile of the training seconds):", ""]
             lines += [f"- {line}" for line in why]

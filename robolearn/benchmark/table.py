@@ -520,6 +520,41 @@ def _check_tasks(table: Table) -> None:
             )
 
 
+PROFILE_MARGIN = 4000
+"""Env steps a profile run of an off-policy entry takes past twice its longest warm-up (so the second
+half of the run, which the report's profile reads, is all updating)."""
+PROFILE_ROWS = 8
+"""Evaluations (SB3's ``metrics.csv`` rows) per profile run: rows to take the second half from."""
+
+
+def profile_table(table: Table, fraction: float, warmups: Mapping[str, int] | None = None) -> Table:
+    """The short table ``robolearn benchmark profile`` runs: every entry at ``fraction`` of its budget
+    (at least twice the entry's longest warm-up plus :data:`PROFILE_MARGIN` env steps, at most its
+    budget), evaluated :data:`PROFILE_ROWS` times, named ``<name>-profile``. The report's profile
+    reads the second half of each run, steady state past any warm-up.
+
+    Args:
+        table: the table to profile.
+        fraction: the part of each budget to run, in (0, 1].
+        warmups: entry id -> the longest ``learning_starts`` of its libraries (off-policy entries);
+            absent: none.
+
+    Raises:
+        TableError: ``fraction`` outside (0, 1].
+    """
+    if not (0.0 < fraction <= 1.0) or not math.isfinite(fraction):
+        raise TableError(f"fraction: expected a number in (0, 1], got {fraction!r}")
+    entries = []
+    for entry in table.entries:
+        warmup = int((warmups or {}).get(entry.id, 0))
+        wanted = math.ceil(fraction * entry.env_steps)
+        if warmup > 0:
+            wanted = max(wanted, 2 * warmup + PROFILE_MARGIN)
+        steps = min(entry.env_steps, wanted)
+        entries.append(dataclasses.replace(entry, env_steps=steps, eval_every=max(1, steps // PROFILE_ROWS)))
+    return dataclasses.replace(table, name=f"{table.name}-profile", entries=tuple(entries))
+
+
 __all__ = [
     "ALGOS",
     "LIBS",
@@ -529,6 +564,7 @@ __all__ = [
     "Table",
     "TableError",
     "ZooHyperparams",
+    "profile_table",
     "ZooReference",
     "RecipeLoader",
     "load_table",

@@ -1,4 +1,4 @@
-"""``robolearn benchmark run | report``: a benchmark table's runs, and its results page.
+"""``robolearn benchmark run | profile | report``: a benchmark table's runs, their profile, and its results page.
 
 ``robolearn benchmark run table=<name|path> out=<dir> [jobs=N] [entries=a,b] [libs=l1,l2] [seeds=0,1]
 [dry_run=true] [rerun_stale=true]`` runs every (entry, library, seed) of the table that is not done yet
@@ -17,8 +17,14 @@ aside as ``seed<S>.short-<UTC time>`` before it reruns, one whose ``summary.json
 ``seed<S>.unreadable-<UTC time>``. ``benchmark report`` leaves stale runs out of
 the statistics and lists them under their entry (:class:`RecipeCheck`).
 
-``robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]`` writes the
-results page from the run directories and ``<out>/table.json`` (:mod:`robolearn.benchmark.report`).
+``robolearn benchmark profile table=<name|path> out=<dir> [fraction=0.1]`` runs the table's profile
+(:func:`~robolearn.benchmark.table.profile_table`): one short run per (entry, library), seed 0 by
+default, whose second half the report reads for where the training seconds go (collection vs
+updates) when the table's own runs predate that record (``time/update_s``).
+
+``robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results] [profile=<dir>]``
+writes the results page from the run directories and ``<out>/table.json``
+(:mod:`robolearn.benchmark.report`).
 
 Settings are ``key=value`` like the Hydra commands, but parsed here: the benchmark is a driver of
 ``robolearn train`` subprocesses, not a training config.
@@ -48,19 +54,32 @@ from robolearn.benchmark.schedule import (
     run_benchmark,
     same_value,
 )
-from robolearn.benchmark.table import Table, TableError, load_table, table_from_dict, table_names
+from robolearn.benchmark.table import (
+    Table,
+    TableError,
+    load_table,
+    profile_table,
+    table_from_dict,
+    table_names,
+)
 from robolearn.utils.config import ConfigError
 
 USAGE = """\
 usage: robolearn benchmark run table=<name|path> out=<dir> [jobs=1] [entries=a,b] [libs=robolearn,sb3_default]
                                [seeds=0,1] [dry_run=false] [rerun_stale=false]
-       robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results]
+       robolearn benchmark profile table=<name|path> out=<dir> [fraction=0.1] [jobs=1] [entries=a,b] [libs=...]
+                                   [seeds=0]
+       robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results] [profile=<dir>]
 
 run     train every (entry, library, seed) of a table that is not done yet, `jobs` at a time, one
         thread each; finished runs are skipped and interrupted ones resumed (run it again to continue);
         runs of a recipe changed since (stale) are refused, or with rerun_stale=true renamed
         seed<S>.stale-<UTC time> and run afresh
-report  write the results page (markdown + PNG curves) from the run directories of <out>
+profile short runs of every (entry, library) at `fraction` of its budget (off-policy entries: at least
+        twice their longest warm-up + 4,000 env steps), recording where the training seconds go
+        (collection vs updates), for a table whose runs predate that record; resumable like run
+report  write the results page (markdown + PNG curves) from the run directories of <out>; profile=<dir>:
+        the profile runs' split where the table's runs did not record one
 
 tables shipped: {tables}"""
 
@@ -76,10 +95,17 @@ RUN_KEYS: dict[str, str] = {
                    "and run them afresh; default false: refuse the table and list them",
 }
 """Settings of ``benchmark run``."""
+PROFILE_KEYS: dict[str, str] = {
+    **{k: v for k, v in RUN_KEYS.items() if k not in ("seeds", "dry_run")},
+    "seeds": "comma-separated seeds (default: the table's first)",
+    "fraction": "the part of each entry's budget a profile run takes, in (0, 1] (default 0.1)",
+}
+"""Settings of ``benchmark profile``."""
 REPORT_KEYS: dict[str, str] = {
     "out": "the output folder of `benchmark run`",
     "results": "the markdown file to write (default RESULTS.md)",
     "figures": "the folder of the PNG curves (default docs/results)",
+    "profile": "the output folder of `benchmark profile` (default: none)",
 }
 """Settings of ``benchmark report``."""
 
@@ -94,15 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE.format(tables=", ".join(table_names()) or "none"))
         return 0 if args else 2
-    commands: dict[str, Callable[[dict[str, str]], int]] = {"run": run_command, "report": report_command}
+    commands: dict[str, Callable[[dict[str, str]], int]] = {
+        "run": run_command, "profile": profile_command, "report": report_command,
+    }
+    keys = {"run": RUN_KEYS, "profile": PROFILE_KEYS, "report": REPORT_KEYS}
     name, rest = args[0], args[1:]
     if name not in commands:
-        return _fail("benchmark", f"unknown subcommand {name!r}; expected run or report (robolearn benchmark --help)")
+        return _fail("benchmark", f"unknown subcommand {name!r}; expected run, profile or report (robolearn benchmark --help)")
     if any(a in ("-h", "--help") for a in rest):
         print(USAGE.format(tables=", ".join(table_names()) or "none"))
         return 0
     try:
-        settings = parse_settings(rest, RUN_KEYS if name == "run" else REPORT_KEYS)
+        settings = parse_settings(rest, keys[name])
         return commands[name](settings)
     except (UsageError, ConfigError, FileNotFoundError) as exc:
         return _fail(f"benchmark {name}", str(exc))
@@ -152,6 +181,55 @@ def run_command(settings: dict[str, str]) -> int:
         _print_plan(result)
         return 0
     return _print_outcome(result, out)
+
+
+def profile_command(settings: dict[str, str]) -> int:
+    """``benchmark profile``: the table's profile runs (:func:`~robolearn.benchmark.table.profile_table`),
+    run and resumed as ``benchmark run`` runs a table.
+    """
+    table_arg, out = _required(settings, "table", "profile"), Path(_required(settings, "out", "profile"))
+    jobs = _integer("jobs", settings.get("jobs", "1"), minimum=1)
+    rerun_stale = _boolean("rerun_stale", settings.get("rerun_stale", "false"))
+    try:
+        fraction = float(settings.get("fraction", "0.1"))
+    except ValueError:
+        raise UsageError(f"fraction={settings['fraction']!r}: expected a number in (0, 1]") from None
+    table = load_table(table_arg)
+    seeds = ([_integer("seeds", s, minimum=0) for s in _items(settings, "seeds")] if "seeds" in settings
+             else [table.seeds[0]])
+    short = profile_table(table, fraction, warmups(table, out))
+    result = run_benchmark(
+        short, out, jobs=jobs, rerun_stale=rerun_stale, progress=True, seeds=seeds, composed=composer(short),
+        entries=_items(settings, "entries") if "entries" in settings else None,
+        libs=_items(settings, "libs") if "libs" in settings else None,
+    )
+    return _print_outcome(result, out)
+
+
+SB3_LEARNING_STARTS = 100
+"""Stable-Baselines3's default ``learning_starts`` of SAC."""
+
+
+def warmups(table: Table, out: Path) -> dict[str, int]:
+    """Entry id -> the longest ``learning_starts`` among its libraries, for the off-policy entries:
+    robolearn's recipe as composed (its ``algo.learning_starts``), SB3's kwargs or SB3's default.
+    """
+    composed = composer(table)
+    found: dict[str, int] = {}
+    for entry in table.entries:
+        if entry.algo != "sac":
+            continue
+        values = [SB3_LEARNING_STARTS]
+        for kwargs in (entry.sb3.default, entry.sb3.zoo.kwargs if entry.sb3.zoo else {}):
+            if isinstance(kwargs.get("learning_starts"), int):
+                values.append(int(kwargs["learning_starts"]))
+        if "robolearn" in table.libs:
+            run = Run(entry, "robolearn", table.seeds[0], out / entry.id / "robolearn" / f"seed{table.seeds[0]}")
+            algo = composed(run).get("algo") or {}
+            if isinstance(algo.get("learning_starts"), int):
+                values.append(int(algo["learning_starts"]))
+        found[entry.id] = max(values)
+    return found
 
 
 def composer(table: Table) -> Callable[[Run], dict[str, Any]]:
@@ -282,7 +360,10 @@ def report_command(settings: dict[str, str]) -> int:
     logging.getLogger("absl").setLevel(logging.WARNING)
     check = RecipeCheck(table, out)
     # The table as its YAML mapping (zoo_reference.return spelt as in the table file).
-    written = write_report(table.to_dict(), out, results, figures, stale=check)
+    profile = Path(settings["profile"]) if "profile" in settings else None
+    if profile is not None and not (profile / TABLE_FILE).is_file():
+        raise UsageError(f"profile={profile}: no {TABLE_FILE}; is it the out folder of a `robolearn benchmark profile`?")
+    written = write_report(table.to_dict(), out, results, figures, stale=check, profile=profile)
     for line in check.warnings():
         print(line, file=sys.stderr)
     print(f"wrote {written}")
