@@ -29,8 +29,9 @@ What the page reports per entry and library:
   the SB3 configuration with the higher final IQM (see :func:`_verdict`);
 - under each entry, why: every time ratio taken apart into SB3's env steps over robolearn's and its
   training seconds per env step over robolearn's (exactly their product), and each library's
-  training seconds per env step split into collection and updates where its runs recorded
-  ``update_time_s`` (the profile, :func:`_why`).
+  training seconds per env step in the second half of its runs split into collection and updates,
+  from their ``time/update_s`` column or, for runs that predate it, from the runs of a
+  ``robolearn benchmark profile`` folder (the profile, :func:`_why`).
 
 Nothing of the report depends on the clock: the same run directories and repository give
 byte-identical markdown.
