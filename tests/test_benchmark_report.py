@@ -384,6 +384,8 @@ def test_cli_report_paths_that_cannot_be_written_are_one_line_errors(
         ([f"results={tmp_path / 'R.md'}", f"figures={a_file}/figs"], f"figures={a_file}/figs: {a_file} is a file"),
         ([f"results={tmp_path / 'R.md'}", f"figures={a_file}"], f"figures={a_file}: {a_file} is a file"),
         ([f"results={out}"], f"results={out}: is a folder; expected the markdown file to write"),
+        ([f"results={tmp_path / 'R.md'}", f"profile={tmp_path}"],
+         f"profile={tmp_path}: no table.json; is it the out folder of a `robolearn benchmark profile`?"),
     ]:
         assert benchmark_main(["report", f"out={out}", *argv]) == 2, argv
         err = capsys.readouterr().err
