@@ -389,10 +389,10 @@ def _why(
     sb3 = [r for r in results if r.lib.startswith("sb3") and r.runs]
     if ours is not None and ours.runs and sb3 and all(r.final is not None for r in sb3):
         for i, mine in enumerate(ours.reach):
-            other = _fastest(sb3, i).reach[i]
+            opponent = _fastest(sb3, i)
+            other, lib = opponent.reach[i], opponent.lib
             if not (math.isfinite(mine.seconds) and math.isfinite(other.seconds)) or min(mine.steps, mine.seconds) <= 0:
                 continue
-            lib = _fastest(sb3, i).lib
             steps_ratio = other.steps / mine.steps
             mine_us, other_us = 1e6 * mine.seconds / mine.steps, 1e6 * other.seconds / other.steps
             lines.append(
