@@ -778,7 +778,12 @@ def write_report(
         "if it is that), and a final IQM no lower than the SB3 configuration with the higher final "
         "IQM; a verdict on fewer seeds than the table's says which are missing. Figures: IQM "
         "return against env steps and against training seconds; in seconds, a run that finished "
-        "holds its final return until the slowest seed of its library finishes.",
+        "holds its final return until the slowest seed of its library finishes. Why (under each entry): "
+        "each time ratio is exactly SB3's env steps to the threshold over robolearn's times SB3's training "
+        "seconds per env step there over robolearn's; then each library's seconds per env step in the "
+        "second half of its runs, collecting (acting, physics, storing) and updating, from the runs' "
+        "`time/update_s`, or marked \"(profile run)\" from `robolearn benchmark profile` runs (seed 0, a "
+        "part of the budget) where the table's runs predate that column.",
         "",
         "| entry | lib | seeds | final IQM [95% CI] | env steps to threshold | training s to threshold "
         "| env steps/s | SB3 best / robolearn time | target | Zoo published |",
