@@ -1302,6 +1302,10 @@ def test_warmups_take_the_longest_learning_starts_of_an_entrys_libraries(tmp_pat
 
 def test_cli_profile_runs_the_short_table_and_records_the_split(tmp_path: Path) -> None:
     out = tmp_path / "profile"
+    # dry_run lists the short table's runs, as `benchmark run` does, and trains nothing.
+    assert benchmark_main(["profile", "table=smoke", f"out={out}", "entries=cartpole_ppo", "fraction=0.5",
+                           "dry_run=true"]) == 0
+    assert not (out / "cartpole_ppo").exists()
     assert benchmark_main(["profile", "table=smoke", f"out={out}", "entries=cartpole_ppo", "fraction=0.5"]) == 0
     written = json.loads((out / "table.json").read_text())
     assert written["name"] == "smoke-profile" and written["entries"][0]["env_steps"] == 2048

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import types
 from pathlib import Path
 
@@ -91,3 +92,15 @@ def test_sac_times_each_update_call(tmp_path, clock):
     assert _column(tmp_path / "run", "time/update_s") == [100.0, 200.0, 300.0]
     assert _column(tmp_path / "run", "time/train_s") == [110.0, 220.0, 330.0]
     assert summary["update_time_s"] == 300.0
+
+
+def test_a_checkpoint_without_the_split_leaves_it_unknown(tmp_path, clock):
+    """A checkpoint of an earlier version has no ``update_time``: resumed from it, the update seconds
+    before are unknown (``nan``), not zero, so no split mixes an uncounted past into the total."""
+    runner = _ppo_runner(tmp_path / "run", 8 * 16, clock)
+    runner.learn()
+    state = runner.state_dict()
+    del state["counters"]["update_time"]
+    fresh = _ppo_runner(tmp_path / "other", 8 * 16, clock)
+    fresh._load_state(state)
+    assert math.isnan(fresh.update_time) and fresh.train_time == 26.0

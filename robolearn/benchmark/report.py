@@ -387,7 +387,7 @@ def _why(
     """
     lines: list[str] = []
     sb3 = [r for r in results if r.lib.startswith("sb3") and r.runs]
-    if ours is not None and ours.runs and sb3 and all(r.final is not None for r in sb3):
+    if ours is not None and ours.runs and sb3:
         for i, mine in enumerate(ours.reach):
             opponent = _fastest(sb3, i)
             other, lib = opponent.reach[i], opponent.lib

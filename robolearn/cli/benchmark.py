@@ -68,7 +68,7 @@ USAGE = """\
 usage: robolearn benchmark run table=<name|path> out=<dir> [jobs=1] [entries=a,b] [libs=robolearn,sb3_default]
                                [seeds=0,1] [dry_run=false] [rerun_stale=false]
        robolearn benchmark profile table=<name|path> out=<dir> [fraction=0.1] [jobs=1] [entries=a,b] [libs=...]
-                                   [seeds=0]
+                                   [seeds=0] [dry_run=false] [rerun_stale=false]
        robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results] [profile=<dir>]
 
 run     train every (entry, library, seed) of a table that is not done yet, `jobs` at a time, one
@@ -96,7 +96,7 @@ RUN_KEYS: dict[str, str] = {
 }
 """Settings of ``benchmark run``."""
 PROFILE_KEYS: dict[str, str] = {
-    **{k: v for k, v in RUN_KEYS.items() if k not in ("seeds", "dry_run")},
+    **RUN_KEYS,
     "seeds": "comma-separated seeds (default: the table's first)",
     "fraction": "the part of each entry's budget a profile run takes, in (0, 1] (default 0.1)",
 }
@@ -166,11 +166,32 @@ def parse_settings(args: Sequence[str], keys: dict[str, str]) -> dict[str, str]:
 def run_command(settings: dict[str, str]) -> int:
     """``benchmark run``: load the table, check everything, run (or list) the runs; print the outcome."""
     table_arg, out = _required(settings, "table", "run"), Path(_required(settings, "out", "run"))
+    return _run_table(settings, load_table(table_arg), out, default_seeds=None)
+
+
+def profile_command(settings: dict[str, str]) -> int:
+    """``benchmark profile``: the table's profile runs (:func:`~robolearn.benchmark.table.profile_table`),
+    run, resumed or listed as ``benchmark run`` runs a table.
+    """
+    table_arg, out = _required(settings, "table", "profile"), Path(_required(settings, "out", "profile"))
+    try:
+        fraction = float(settings.get("fraction", "0.1"))
+    except ValueError:
+        raise UsageError(f"fraction={settings['fraction']!r}: expected a number in (0, 1]") from None
+    table = load_table(table_arg)
+    return _run_table(settings, profile_table(table, fraction, warmups(table, out)), out,
+                      default_seeds=[table.seeds[0]])
+
+
+def _run_table(settings: dict[str, str], table: Table, out: Path, default_seeds: list[int] | None) -> int:
+    """Run (or with ``dry_run`` list) ``table``'s runs into ``out`` with the shared settings (jobs,
+    entries, libs, seeds, dry_run, rerun_stale); print the plan or the outcome; the exit status.
+    """
     jobs = _integer("jobs", settings.get("jobs", "1"), minimum=1)
     dry_run = _boolean("dry_run", settings.get("dry_run", "false"))
     rerun_stale = _boolean("rerun_stale", settings.get("rerun_stale", "false"))
-    seeds = [_integer("seeds", s, minimum=0) for s in _items(settings, "seeds")] if "seeds" in settings else None
-    table = load_table(table_arg)
+    seeds = ([_integer("seeds", s, minimum=0) for s in _items(settings, "seeds")] if "seeds" in settings
+             else default_seeds)
     result = run_benchmark(
         table, out, jobs=jobs, dry_run=dry_run, rerun_stale=rerun_stale, progress=not dry_run, seeds=seeds,
         composed=composer(table),
@@ -180,29 +201,6 @@ def run_command(settings: dict[str, str]) -> int:
     if dry_run:
         _print_plan(result)
         return 0
-    return _print_outcome(result, out)
-
-
-def profile_command(settings: dict[str, str]) -> int:
-    """``benchmark profile``: the table's profile runs (:func:`~robolearn.benchmark.table.profile_table`),
-    run and resumed as ``benchmark run`` runs a table.
-    """
-    table_arg, out = _required(settings, "table", "profile"), Path(_required(settings, "out", "profile"))
-    jobs = _integer("jobs", settings.get("jobs", "1"), minimum=1)
-    rerun_stale = _boolean("rerun_stale", settings.get("rerun_stale", "false"))
-    try:
-        fraction = float(settings.get("fraction", "0.1"))
-    except ValueError:
-        raise UsageError(f"fraction={settings['fraction']!r}: expected a number in (0, 1]") from None
-    table = load_table(table_arg)
-    seeds = ([_integer("seeds", s, minimum=0) for s in _items(settings, "seeds")] if "seeds" in settings
-             else [table.seeds[0]])
-    short = profile_table(table, fraction, warmups(table, out))
-    result = run_benchmark(
-        short, out, jobs=jobs, rerun_stale=rerun_stale, progress=True, seeds=seeds, composed=composer(short),
-        entries=_items(settings, "entries") if "entries" in settings else None,
-        libs=_items(settings, "libs") if "libs" in settings else None,
-    )
     return _print_outcome(result, out)
 
 

@@ -581,7 +581,9 @@ class BaseRunner:
         self.steps = int(c.get("steps", c.get("env_steps", 0)))  # "env_steps": checkpoints of earlier versions
         self.train_time = float(c.get("train_time", c.get("wall_time", 0.0)))
         self.total_time = float(c.get("total_time", self.train_time))
-        self.update_time = float(c.get("update_time", 0.0))  # absent from checkpoints of earlier versions
+        # Absent from checkpoints of earlier versions: the split of the seconds before is unknown, not
+        # zero (as the SB3 run's collect_s); the report takes the split from rows that have one.
+        self.update_time = float(c.get("update_time", math.nan))
         self.best_eval, self.last_eval = float(c["best_eval"]), float(c["last_eval"])
         self.skipped_updates = int(c["skipped_updates"])
         self.num_diverged = int(c.get("num_diverged", 0))
