@@ -187,7 +187,8 @@ def test_ratio_and_verdict(page: tuple[Path, str]) -> None:
     ours = row(text, "alpha_ppo", "robolearn")
     # SB3 best is sb3_zoo (final IQM 308.3 > 210.0): 110 s / 20 s and 220 s / 36 s; IQM 416.7 >= 308.3.
     assert ours[7] == "≥100: 5.5x<br>≥300: 6.1x (vs sb3_zoo)"
-    assert ours[8] == "met"
+    # Met, but robolearn's seed 2 ran on another CPU (PROVENANCE): the verdict carries it.
+    assert ours[8] == "met, runs on 2 machines"
     assert ours[9] == "380.0 @ 4,000 (robolearn +36.7)"
     beta = row(text, "beta_sac", "robolearn")
     assert beta[7] == "≥50: 0.4x (vs sb3_default)"  # median(20, 22) s / 54 s
@@ -460,3 +461,30 @@ def test_cli_report_says_each_reason_a_run_went_unchecked_once(
     assert len(calls) == 1  # a composition that failed is not tried again for the next seed
     assert not [r for r in caplog.records if r.name == "absl"]  # rliable's per-interval INFO lines
     assert "| alpha_ppo | robolearn | 2/2 |" in (tmp_path / "R.md").read_text()  # reported as they are
+
+
+def test_an_entry_whose_runs_ran_on_two_cpus_says_so_one_cpu_does_not(out: Path, tmp_path: Path) -> None:
+    # Every run of alpha_ppo recorded: all on one CPU, two kernel builds (the platform string is not the machine).
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    rows = []
+    for lib, (_, seeds) in RUNS["alpha_ppo"].items():
+        for s in seeds:
+            platform_ = "Linux-6.1-x86_64" if s else "Linux-6.9-x86_64"
+            rows.append({"entry": "alpha_ppo", "lib": lib, "seed": s, "returncode": 0,
+                         "machine": {"cpu": "AMD EPYC", "logical_cores": 2, "platform": platform_}})
+    (copy / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = write_report(TABLE, copy, tmp_path / "one" / "RESULTS.md", tmp_path / "one" / "fig", reps=REPS).read_text()
+    assert row(text, "alpha_ppo", "robolearn")[8] == "met"
+    assert "more than one machine" not in text
+    # sb3_zoo's seed 1 resumed on a 16-core Xeon: its seconds compare two CPUs.
+    rows.append({"entry": "alpha_ppo", "lib": "sb3_zoo", "seed": 1, "returncode": 0,
+                 "machine": {"cpu": "Intel Xeon", "logical_cores": 16, "platform": "Linux-6.1-x86_64"}})
+    (copy / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = write_report(TABLE, copy, tmp_path / "two" / "RESULTS.md", tmp_path / "two" / "fig", reps=REPS).read_text()
+    assert row(text, "alpha_ppo", "robolearn")[8] == "met, runs on 2 machines"
+    fact = next(line for line in text.splitlines() if "more than one machine" in line)
+    assert fact.endswith("AMD EPYC, 2 logical cores: robolearn seed 0, robolearn seed 1, robolearn seed 2, "
+                         "sb3_default seed 0, sb3_default seed 1, sb3_default seed 2, sb3_zoo seed 0, sb3_zoo seed 1, "
+                         "sb3_zoo seed 2; Intel Xeon, 16 logical cores: sb3_zoo seed 1"), fact
+    assert row(text, "beta_sac", "robolearn")[8] == "missed, incomplete (robolearn 2/3, sb3_default 2/3 seeds)"

@@ -572,6 +572,46 @@ def _machine(row: Mapping[str, Any]) -> str | None:
             f"{machine.get('platform') or 'unknown platform'}")
 
 
+def _hardware(row: Mapping[str, Any]) -> str | None:
+    """The CPU and its logical cores a ``runs.jsonl`` row ran on: what sets a run's seconds (the
+    platform string, a kernel build, does not).
+    """
+    machine = row.get("machine")
+    if not isinstance(machine, Mapping) or not machine.get("cpu"):
+        return None
+    cores = machine.get("logical_cores")
+    return f"{machine['cpu']}, {cores if cores is not None else '?'} logical cores"
+
+
+def _run_hardware(out: Path) -> dict[tuple[str, str, int], set[str]]:
+    """``(entry, lib, seed)`` -> the hardware of every attempt of that run in ``runs.jsonl`` (a run
+    resumed on another machine has two).
+    """
+    found: dict[tuple[str, str, int], set[str]] = {}
+    for row in _runs_rows(out):
+        hardware = _hardware(row)
+        try:
+            key = (str(row["entry"]), str(row["lib"]), int(row["seed"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if hardware:
+            found.setdefault(key, set()).add(hardware)
+    return found
+
+
+def _machines_of(entry: str, results: Sequence[LibResult],
+                 hardware: Mapping[tuple[str, str, int], set[str]]) -> dict[str, list[str]]:
+    """Hardware -> the runs of one entry's counted results that ran on it (``"<lib> seed <S>"``):
+    the libraries' seconds compare only where there is one key.
+    """
+    where: dict[str, list[str]] = {}
+    for result in results:
+        for run in result.runs:
+            for machine in sorted(hardware.get((entry, result.lib, run.seed), ())):
+                where.setdefault(machine, []).append(f"{result.lib} seed {run.seed}")
+    return where
+
+
 def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, Any]]) -> list[str]:
     """The page's header: commit, machine and versions as the runs recorded them (``runs.jsonl``;
     every distinct value when runs differ), the page's own environment only where nothing was recorded.
@@ -617,7 +657,8 @@ def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, 
         f"libraries: {', '.join(str(lib) for lib in table.get('libs') or [])}",
         # The reader needs what a number measures before the numbers: how returns and seconds were taken.
         "- Protocol: every (entry, library, seed) is one run with one torch thread and one MuJoCo thread, "
-        "all on the machine above, interleaved (seed-major, the libraries' order rotated by seed). "
+        "interleaved (seed-major, the libraries' order rotated by seed), an entry's runs on one machine "
+        "(an entry whose runs ran on more than one says so, and its verdict carries it). "
         "Returns are undiscounted episode returns in the task's reward units: the deterministic policy's "
         f"mean over {table.get('eval_episodes', '?')} evaluation worlds, one episode each (robolearn at its "
         "recipe's evaluation cadence, SB3 every entry's `eval_every` env steps with its VecNormalize "
@@ -739,6 +780,7 @@ def write_report(
 
     per_entry: list[tuple[Mapping[str, Any], list[LibResult]]] = []
     exits = _last_exits(out)
+    hardware = _run_hardware(out)
     for entry in entries:
         _require(entry, "id", "table entry")
         results = [_lib_result(out, entry, lib, seeds, reps, seed, exits, stale) for lib in _entry_libs(entry, libs)]
@@ -798,6 +840,10 @@ def write_report(
             ratio = verdict = zoo = ""
             if result is ours:
                 cells, verdict, against = _verdict(ours, results)
+                machines = _machines_of(str(entry["id"]), results, hardware)
+                if len(machines) > 1 and verdict != "n/a":
+                    # A ratio of seconds across two CPUs measures the CPUs as well as the libraries.
+                    verdict += f", runs on {len(machines)} machines"
                 ratio = "<br>".join(f"≥{_thr(r.threshold)}: {c}" for r, c in zip(ours.reach, cells, strict=True))
                 ratio = (ratio or "—") + against
                 zoo = _zoo_cell(entry, ours)
@@ -831,6 +877,10 @@ def write_report(
             facts.append(f"Zoo published return {_ret(float(ref.get('return', math.nan)))} at "
                          f"{int(ref.get('env_steps') or 0):,} env steps: {_md(str(ref.get('source', 'source not stated')))}")
         facts += [f"{r.lib} {note}" for r in results for note in r.notes]
+        machines = _machines_of(str(entry["id"]), results, hardware)
+        if len(machines) > 1:
+            facts.append("ran on more than one machine, so its seconds compare machines as well as libraries: "
+                         + "; ".join(f"{_md(m)}: {', '.join(runs)}" for m, runs in sorted(machines.items())))
         if facts:
             lines += [""] + [f"- {fact}" for fact in facts]
         profiled = _profiled(Path(profile), str(entry["id"])) if profile is not None else None
