@@ -476,3 +476,42 @@ def test_a_checkpoint_without_the_split_leaves_the_profile_unknown(tmp_path: Pat
     counters = sb3_run._read_counters(tmp_path / "state.json")
     assert math.isnan(counters.collect_s) and counters.train_s == 3.0
     assert sb3_run._counters_json(counters)["collect_s"] is None
+
+
+def test_gymnasium_trains_on_the_twin_and_evaluates_on_robolearns_task(tmp_path: Path) -> None:
+    from stable_baselines3.common.monitor import Monitor
+
+    from robolearn.envs.batched_env import BatchedEnv
+
+    out = tmp_path / "g"
+    argv = _argv(out, "ppo", PPO_TINY, 128, 64, "--gymnasium", "Reacher-v5")
+    session = sb3_run.SB3Run(sb3_run.parse_args(argv), resume=False)
+    try:
+        env = session.venv.envs[0]
+        # Gymnasium's own env (SB3's usual Monitor on top), not the adapter; evaluation stays robolearn's.
+        assert isinstance(env, Monitor) and env.unwrapped.spec.id == "Reacher-v5"
+        assert not hasattr(session.venv, "batched_env")
+        assert isinstance(session.eval_env, BatchedEnv) and session.eval_env.num_envs == 2
+    finally:
+        session.close()
+    assert sb3_run.main(argv) == 0
+    assert json.loads((out / "config.json").read_text())["gymnasium"] == "Reacher-v5"
+    assert [int(r["step"]) for r in _rows(out)] == [64, 128]
+    assert float(_rows(out)[-1]["eval/episode_length"]) == 50.0
+    # The adapter's run of the same settings is another run: this checkpoint does not resume it.
+    (out / "summary.json").unlink()
+    assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 192, 64)) == 2
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--gymnasium", "Hopper-v5"), "--gymnasium: expected 'Reacher-v5', the Gymnasium env Reacher reproduces, got 'Hopper-v5'"),
+    (("--gymnasium", "Reacher-v5", "--task-overrides", '{"episode_length": 20}'),
+     '--gymnasium: Reacher-v5 is Reacher as registered; --task-overrides {"episode_length": 20} make another MDP'),
+])
+def test_a_gymnasium_env_that_is_not_the_tasks_twin_fails_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], message: str
+) -> None:
+    out = tmp_path / "run"
+    assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 64, 64, *extra)) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

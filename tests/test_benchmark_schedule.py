@@ -918,7 +918,7 @@ def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_sche
     runs = {r.lib: r for r in plan(table, out)}
     for lib, run in runs.items():
         recorded = sb3_run.parse_args(command(run, table, RunState.FRESH)[3:]).config()  # what sb3_run writes
-        keys = ("sb3_kwargs", "n_envs", "normalize", "task_overrides")
+        keys = ("sb3_kwargs", "n_envs", "normalize", "task_overrides", "gymnasium")
         assert schedule.sb3_settings(run) == {k: recorded[k] for k in keys}, lib  # the mirror of sb3_run
         _finished(run.run_dir, recorded, 100, sb3=True)
     assert json.loads((runs["sb3_zoo"].run_dir / "config.json").read_text())["normalize"] == {"gamma": 0.95}
@@ -1317,3 +1317,55 @@ def test_cli_profile_runs_the_short_table_and_records_the_split(tmp_path: Path) 
         assert "time/update_s" in (run_dir / "metrics.csv").read_text().splitlines()[0]
     assert not (out / "cartpole_ppo" / "robolearn" / "seed1").exists()  # seed 0 only, by default
     assert benchmark_main(["profile", "table=smoke", f"out={out}", "fraction=2"]) == 2
+
+
+REACH_RECIPE = """# @package _global_
+defaults:
+  - override /algo: ppo
+task: Reacher
+"""
+
+
+def test_an_sb3_side_on_gymnasium_is_commanded_recorded_and_checked(
+    tmp_path: Path, fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.benchmark import sb3_run
+    from robolearn.benchmark import table as table_module
+
+    recipes = tmp_path / "experiment"
+    recipes.mkdir()
+    (recipes / "reach.yaml").write_text(REACH_RECIPE)
+    monkeypatch.setattr(table_module, "experiments_dir", lambda: recipes)
+    entry = {"id": "r", "task": "Reacher", "algo": "ppo", "experiment": "reach", "env_steps": 100, "eval_every": 50,
+             "sb3": {"n_envs": 1, "gymnasium": "Reacher-v5", "default": {}}}
+    spec = {"name": "g", "seeds": [0], "libs": ["sb3_default"], "eval_episodes": 2, "entries": [entry]}
+    table = table_from_dict(spec, "g", check_tasks=True)
+    run = plan(table, tmp_path / "out")[0]
+    cmd = command(run, table, RunState.FRESH)
+    assert cmd[cmd.index("--gymnasium") + 1] == "Reacher-v5"
+    recorded = sb3_run.parse_args(cmd[3:]).config()
+    assert recorded["gymnasium"] == "Reacher-v5"
+    assert schedule.sb3_settings(run)["gymnasium"] == "Reacher-v5"
+    # A run made through the adapter (before the table named the Gymnasium env) is stale, by that key alone.
+    _finished(run.run_dir, {**recorded, "gymnasium": None}, 100, sb3=True)
+    stale, _ = schedule.find_stale([(run, RunState.DONE)], never_composed)
+    assert [str(d) for s in stale for d in s.differences] == ['gymnasium: was null, now "Reacher-v5"']
+    old = dict(recorded)
+    del old["gymnasium"]  # a config.json from before sb3_run recorded the key: trained through the adapter
+    (run.run_dir / "config.json").write_text(json.dumps(old))
+    assert [str(d) for s in schedule.find_stale([(run, RunState.DONE)], never_composed)[0] for d in s.differences] == [
+        'gymnasium: was null, now "Reacher-v5"']
+
+    # The table names the task's twin or nothing.
+    for bad, expected in (("Hopper-v5", "expected 'Reacher-v5' (the Gymnasium env Reacher reproduces) or null"),):
+        wrong = {**spec, "entries": [{**entry, "sb3": {**entry["sb3"], "gymnasium": bad}}]}
+        with pytest.raises(TableError, match=re.escape(f"entries[0] (r).sb3.gymnasium: {expected}, got {bad!r}")):
+            table_from_dict(wrong, "g", check_tasks=True)
+    # A recipe that overrides the task trains another MDP than Gymnasium's: refused before anything is written.
+    (recipes / "reach.yaml").write_text(REACH_RECIPE + "task_overrides:\n  episode_length: 20\n")
+    out = tmp_path / "out2"
+    launcher = FakeLauncher(fake)
+    with pytest.raises(TableError, match=r"entries\[0\] \(r\)\.sb3\.gymnasium: expected null, got 'Reacher-v5': "
+                                         r"recipe reach overrides the task"):
+        run_benchmark(table, out, launcher=launcher, composed=never_composed)
+    assert launcher.commands == [] and not out.exists()

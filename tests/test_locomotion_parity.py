@@ -163,3 +163,13 @@ def test_ant_and_humanoid_reset_distributions() -> None:
     hum = robolearn.make("Humanoid", 512, seed=4, dtype=torch.float64)
     dq = hum.sim.qpos - torch.from_numpy(hum.model.qpos0.copy())
     assert 0.0098 < dq.abs().max() <= 0.01 and 0.0098 < hum.sim.qvel.abs().max() <= 0.01  # U(-1e-2, 1e-2)
+
+
+def test_the_registrys_gymnasium_twins_are_the_pairs_the_parity_tests_check() -> None:
+    # The benchmark trains SB3 on these Gymnasium envs as if they were robolearn's tasks: a pair listed
+    # without a parity test (here, or HalfCheetah's in test_halfcheetah_parity.py) would compare two MDPs.
+    from robolearn.envs.registry import GYMNASIUM_TWINS
+
+    checked = {"Hopper": "Hopper-v5", "Walker2d": "Walker2d-v5", "Ant": "Ant-v5", "Humanoid": "Humanoid-v5",
+               "Reacher": "Reacher-v5", "HalfCheetah": "HalfCheetah-v5"}
+    assert GYMNASIUM_TWINS == checked

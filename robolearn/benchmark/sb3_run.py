@@ -1,12 +1,16 @@
 """One Stable-Baselines3 run of the benchmark table: ``python -m robolearn.benchmark.sb3_run``.
 
 Trains ``stable_baselines3.PPO`` or ``SAC`` on a robolearn task through
-:class:`robolearn.envs.sb3_adapter.RobolearnSB3VecEnv` (one torch thread, MuJoCo single-threaded)
+:class:`robolearn.envs.sb3_adapter.RobolearnSB3VecEnv` (one torch thread, MuJoCo single-threaded),
+or with ``--gymnasium <id>`` on the Gymnasium env that task reproduces step for step
+(``robolearn.envs.registry.GYMNASIUM_TWINS``; a ``DummyVecEnv`` of Monitor-wrapped envs, as
+SB3's ``make_vec_env`` builds it: SB3's own and, with one env, its faster way, since a batched env
+pays torch's per-operation overhead on every step of its one world; ``benchmarks/sb3_env_overhead.py``),
 and writes a robolearn run directory, so the table's report and ``robolearn compare`` read SB3 runs
 as they read robolearn's:
 
 * ``config.json``: ``{"algo": {"name": ...}, "lib", "task", "seed", "sb3_kwargs", "sb3_version",
-  "n_envs", ...}``, written once, before training;
+  "n_envs", "gymnasium", ...}``, written once, before training;
 * ``metrics.csv``: one row per evaluation, columns ``step`` (= ``env_steps``), ``env_steps``,
   ``eval/return``, ``eval/return_std``, ``eval/episode_length``, ``train/return`` (mean of SB3's
   last 100 training episodes), ``time/train_s``, ``time/update_s`` (the part of ``time/train_s``
@@ -118,6 +122,8 @@ class RunSpec:
     source: str | None = None
     task_overrides: dict[str, Any] = field(default_factory=dict)
     """The recipe's task config overrides (nested as in ``configs/experiment/*.yaml``)."""
+    gymnasium: str | None = None
+    """The Gymnasium env trained on (the task's twin), or ``None``: the SB3 adapter over robolearn's task."""
     replay_buffer_size: int | None = None
     """SAC: the replay buffer's capacity used (set when the model is built; ``None`` for PPO)."""
 
@@ -135,6 +141,7 @@ class RunSpec:
             "n_envs": self.n_envs,
             "normalize": self.normalize,
             "task_overrides": self.task_overrides,
+            "gymnasium": self.gymnasium,
             "replay_buffer_size": self.replay_buffer_size,
             "total_env_steps": self.env_steps,
             "eval_every": self.eval_every,
@@ -188,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--normalize", action="store_true", help="VecNormalize observations and rewards (as the Zoo)")
     p.add_argument("--task-overrides", default="{}",
                    help="JSON: task config overrides for the training and evaluation envs (a recipe's task_overrides)")
+    p.add_argument("--gymnasium", default=None,
+                   help="train on this Gymnasium env (the one the task reproduces, e.g. Hopper-v5) instead of the adapter")
     return p
 
 
@@ -222,6 +231,16 @@ def parse_args(argv: Sequence[str] | None = None) -> RunSpec:
     if not isinstance(raw, dict):
         raise RunError(f"--kwargs: expected a JSON object, got {raw!r}")
     task_overrides = _task_overrides(a.task, a.task_overrides)
+    if a.gymnasium is not None:
+        from robolearn.envs.registry import GYMNASIUM_TWINS
+
+        twin = GYMNASIUM_TWINS.get(a.task)
+        if a.gymnasium != twin:
+            expected = f"{twin!r}, the Gymnasium env {a.task} reproduces" if twin else f"none: {a.task} reproduces no Gymnasium env"
+            raise RunError(f"--gymnasium: expected {expected}, got {a.gymnasium!r}")
+        if task_overrides:
+            raise RunError(f"--gymnasium: {a.gymnasium} is {a.task} as registered; --task-overrides "
+                           f"{json.dumps(task_overrides, sort_keys=True)} make another MDP (train through the adapter)")
     source = None
     if "kwargs" in raw:  # a table's whole zoo block: {source, n_envs, normalize, kwargs}
         unknown = set(raw) - BLOCK_KEYS
@@ -251,6 +270,7 @@ def parse_args(argv: Sequence[str] | None = None) -> RunSpec:
         task=a.task, algo=a.algo, lib=a.lib, seed=a.seed, env_steps=a.env_steps, eval_every=a.eval_every,
         eval_episodes=a.eval_episodes, out=Path(a.out), kwargs=tr.kwargs, described=tr.described, n_envs=n_envs,
         normalize=normalize, zoo_n_timesteps=tr.n_timesteps, source=source, task_overrides=task_overrides,
+        gymnasium=a.gymnasium,
     )
 
 
@@ -333,14 +353,21 @@ class SB3Run:
         self.counters = Counters(next_eval=spec.eval_every)
         # The recipe's MDP on both envs; evaluation without the curriculum, as robolearn train builds it.
         overrides = flatten_overrides(spec.task_overrides)
-        train_env = make(spec.task, spec.n_envs, seed=spec.seed, nthread=1, **overrides)
-        venv: Any = RobolearnSB3VecEnv(env=train_env)
+        venv: Any
+        if spec.gymnasium is not None:
+            from stable_baselines3.common.env_util import make_vec_env
+
+            # Env i seeded seed + i; each wrapped in Monitor, so SB3 logs its episodes as it does the adapter's.
+            venv = make_vec_env(spec.gymnasium, n_envs=spec.n_envs, seed=spec.seed)
+        else:
+            venv = RobolearnSB3VecEnv(env=make(spec.task, spec.n_envs, seed=spec.seed, nthread=1, **overrides))
         self.eval_env = make(spec.task, spec.eval_episodes, seed=EVAL_SEED_OFFSET + spec.seed, nthread=1,
                              **{**overrides, "curriculum": {}})
         kwargs = dict(spec.kwargs)
         if spec.algo == "sac":
             if "buffer_size" not in kwargs:
-                kwargs["buffer_size"] = replay_capacity(spec, int(train_env.max_episode_length))
+                # The evaluation env is the training task's MDP (its twin, on Gymnasium): the same time limit.
+                kwargs["buffer_size"] = replay_capacity(spec, int(self.eval_env.max_episode_length))
             spec.replay_buffer_size = int(kwargs["buffer_size"])
         self.norm: Any = None
         cls = sb3_class(spec.algo)
@@ -589,7 +616,9 @@ def run_state(spec: RunSpec) -> str:
             have = json.loads(config.read_text())
             want = spec.config()
             have.setdefault("task_overrides", {})  # runs from before the flag trained the registered task
-            for key in ("algo", "lib", "task", "seed", "sb3_kwargs", "n_envs", "normalize", "task_overrides"):
+            have.setdefault("gymnasium", None)  # ... through the adapter
+            for key in ("algo", "lib", "task", "seed", "sb3_kwargs", "n_envs", "normalize", "task_overrides",
+                        "gymnasium"):
                 if have.get(key) != json.loads(json.dumps(want[key])):
                     raise RunError(
                         f"--out: {out} holds a checkpoint of another run ({key} is {have.get(key)!r} there, "

@@ -334,6 +334,8 @@ def command(run: Run, table: Table, state: RunState) -> list[str]:
     overrides = recipe_task_overrides(entry.experiment)
     if overrides:
         cmd += ["--task-overrides", json.dumps(overrides, sort_keys=True)]
+    if entry.sb3.gymnasium is not None:  # trained on the Gymnasium env the task reproduces (SB3's own way)
+        cmd += ["--gymnasium", entry.sb3.gymnasium]
     return [*cmd, "--normalize"] if normalize else cmd
 
 
@@ -488,7 +490,8 @@ def _sb3_block(run: Run) -> tuple[dict[str, Any], int, bool]:
 def sb3_settings(run: Run) -> dict[str, Any]:
     """What ``sb3_run`` records in ``config.json`` from :func:`command`'s flags for ``run``:
     ``sb3_kwargs`` (the kwargs as described, ``lin_<x>`` schedules as text), ``n_envs``,
-    ``normalize`` (the ``VecNormalize`` arguments, or ``None``) and ``task_overrides``.
+    ``normalize`` (the ``VecNormalize`` arguments, or ``None``), ``task_overrides`` and
+    ``gymnasium`` (the Gymnasium env trained on, or ``None``: the SB3 adapter).
 
     Mirrors ``robolearn.benchmark.sb3_run.parse_args`` (not imported: it loads the task registry);
     a test holds the two together.
@@ -509,7 +512,7 @@ def sb3_settings(run: Run) -> dict[str, Any]:
         norm = {} if gamma is None else {"gamma": float(gamma)}
     return json.loads(json.dumps({
         "sb3_kwargs": tr.described, "n_envs": n_envs, "normalize": norm,
-        "task_overrides": recipe_task_overrides(run.entry.experiment),
+        "task_overrides": recipe_task_overrides(run.entry.experiment), "gymnasium": run.entry.sb3.gymnasium,
     }))
 
 
@@ -572,7 +575,8 @@ def recipe_differences(
                 diffs.append(Difference(key, was, now))
         return diffs
     want = _sb3_wanted(run, sb3_wanted)
-    have = {**config, "task_overrides": config.get("task_overrides", {})}
+    # Runs made before sb3_run recorded these trained the task as registered, through the adapter.
+    have = {**config, "task_overrides": config.get("task_overrides", {}), "gymnasium": config.get("gymnasium")}
     was_kwargs = have.get("sb3_kwargs")
     if isinstance(was_kwargs, Mapping):
         for key in sorted(set(was_kwargs) | set(want["sb3_kwargs"])):
@@ -581,7 +585,7 @@ def recipe_differences(
                 diffs.append(Difference(f"sb3_kwargs.{key}", was, now))
     else:
         diffs.append(Difference("sb3_kwargs", have.get("sb3_kwargs", _ABSENT), want["sb3_kwargs"]))
-    for key in ("n_envs", "normalize", "task_overrides"):
+    for key in ("n_envs", "normalize", "task_overrides", "gymnasium"):
         if not same_value(have.get(key, _ABSENT), want[key]):
             diffs.append(Difference(key, have.get(key, _ABSENT), want[key]))
     schedules = _linear_schedules(want["sb3_kwargs"])
@@ -691,12 +695,24 @@ def check_sb3_kwargs(table: Table, runs: Sequence[Run]) -> None:
 
     A typo in an entry's ``sb3.default`` or ``sb3.zoo.kwargs`` (``n_stepz``) would otherwise stop
     that run only when its turn comes, hours into a table; here it stops the benchmark before
-    anything is written or started.
+    anything is written or started. So does an ``sb3.gymnasium`` env on an entry whose recipe
+    overrides the task (Gymnasium's env is the task as registered, not the recipe's MDP).
 
     Raises:
         TableError: a block the SB3 runner refuses (the table file, the field and the runner's
             reason), or SB3 runs without stable-baselines3 installed.
     """
+    where = f"{table.source}: " if table.source else ""
+    for entry in {run.entry.id: run.entry for run in runs if run.lib in SB3_LIBS}.values():
+        if entry.sb3.gymnasium is not None:
+            overrides = recipe_task_overrides(entry.experiment)
+            if overrides:
+                # Gymnasium's env is the task as registered; the recipe trains another MDP.
+                raise TableError(
+                    f"{where}entries[{table.ids.index(entry.id)}] ({entry.id}).sb3.gymnasium: expected null, got "
+                    f"{entry.sb3.gymnasium!r}: recipe {entry.experiment} overrides the task ({json.dumps(overrides, sort_keys=True)}), "
+                    "so the SB3 side must train on robolearn's task through the adapter"
+                )
     blocks = {}
     for run in runs:
         if run.lib == "sb3_default":
@@ -707,7 +723,6 @@ def check_sb3_kwargs(table: Table, runs: Sequence[Run]) -> None:
         return
     from robolearn.benchmark.sb3_zoo import ZooError, translate  # SB3 only when the plan has SB3 runs
 
-    where = f"{table.source}: " if table.source else ""
     for (entry_id, field), (algo, kwargs) in blocks.items():
         index = table.ids.index(entry_id)
         try:

@@ -93,10 +93,18 @@ class SB3Side:
     """Kwargs over SB3's defaults for the ``sb3_default`` runs (empty: SB3's defaults exactly)."""
     zoo: ZooHyperparams | None = None
     """The Zoo's hyperparameters, or ``None`` when the Zoo has none for the task (no ``sb3_zoo`` runs)."""
+    gymnasium: str | None = None
+    """The Gymnasium env both SB3 configurations train on (``DummyVecEnv`` of ``n_envs``, SB3's usual
+    and fastest setup) where the entry's task reproduces it step for step
+    (``robolearn.envs.registry.GYMNASIUM_TWINS``) and the recipe overrides nothing of the task;
+    ``None``: they train through the SB3 adapter over robolearn's task. Evaluation is robolearn's
+    either way (the same MDP)."""
 
     def __post_init__(self) -> None:
         if self.n_envs < 1:
             raise ValueError(f"n_envs: expected an integer >= 1, got {self.n_envs}")
+        if self.gymnasium is not None and (not isinstance(self.gymnasium, str) or not self.gymnasium.strip()):
+            raise ValueError(f"gymnasium: expected a Gymnasium env id (e.g. 'Hopper-v5') or null, got {self.gymnasium!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -509,8 +517,10 @@ def recipe_algo(recipe: Mapping[str, Any]) -> str | None:
 
 
 def _check_tasks(table: Table) -> None:
-    """Every entry's task is registered (the task families load here, on first use)."""
-    from robolearn.envs.registry import list_tasks
+    """Every entry's task is registered (the task families load here, on first use), and an SB3 side
+    on Gymnasium names the env the task reproduces.
+    """
+    from robolearn.envs.registry import GYMNASIUM_TWINS, list_tasks
 
     known = list_tasks()
     for i, entry in enumerate(table.entries):
@@ -518,6 +528,13 @@ def _check_tasks(table: Table) -> None:
             raise ConfigError(
                 f"entries[{i}] ({entry.id}).task: expected a registered task ({', '.join(known)}), got {entry.task!r}"
             )
+        gym_id = entry.sb3.gymnasium
+        if gym_id is not None and gym_id != GYMNASIUM_TWINS.get(entry.task):
+            twin = GYMNASIUM_TWINS.get(entry.task)
+            expected = (f"{twin!r} (the Gymnasium env {entry.task} reproduces) or null" if twin else
+                        f"null ({entry.task} reproduces no Gymnasium env; tasks that do: "
+                        f"{', '.join(f'{k} -> {v}' for k, v in sorted(GYMNASIUM_TWINS.items()))})")
+            raise ConfigError(f"entries[{i}] ({entry.id}).sb3.gymnasium: expected {expected}, got {gym_id!r}")
 
 
 PROFILE_MARGIN = 4000

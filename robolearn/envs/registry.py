@@ -33,6 +33,19 @@ PLUGIN_ERRORS: dict[str, BaseException] = {}
 
 _plugins_loaded = False
 
+GYMNASIUM_TWINS: dict[str, str] = {
+    "HalfCheetah": "HalfCheetah-v5",
+    "Hopper": "Hopper-v5",
+    "Walker2d": "Walker2d-v5",
+    "Ant": "Ant-v5",
+    "Humanoid": "Humanoid-v5",
+    "Reacher": "Reacher-v5",
+}
+"""Task id -> the Gymnasium env it reproduces step for step as registered (model, observation,
+reward, termination, time limit and start-state noise; float64, relative 1e-6: the parity tests
+``tests/test_locomotion_parity.py`` and ``tests/test_halfcheetah_parity.py``). A task built with
+overrides is another MDP and has no twin."""
+
 
 def load_task_plugins() -> dict[str, BaseException]:
     """Call every :data:`TASK_PLUGIN_GROUP` entry point once; return what failed to load.
