@@ -1,10 +1,11 @@
 """What the SB3 side of the published table pays for running on robolearn's tasks.
 
-The table (issue 17) trains Stable-Baselines3 through ``robolearn.envs.sb3_adapter`` on the recipe's
-MDP: one robolearn world per SB3 env. An SB3 user would more often train on Gymnasium's own MuJoCo
-envs (``gymnasium.make("Hopper-v5")`` in a ``DummyVecEnv``), whose per-step cost is lower: a batched,
+Until session 21 the table (issue 17) trained Stable-Baselines3 through ``robolearn.envs.sb3_adapter``
+on every task: one robolearn world per SB3 env. An SB3 user would more often train on Gymnasium's own
+MuJoCo envs (``gymnasium.make("Hopper-v5")`` in a ``DummyVecEnv``), whose per-step cost is lower: a batched,
 device-neutral env pays torch's per-operation overhead on every step, which 64 worlds amortise and
-one world does not. This measures both, paired in one process (one torch thread, the order
+one world does not (which is why the table's MuJoCo entries now train SB3 on Gymnasium's twin,
+``sb3.gymnasium``). This measures both, paired in one process (one torch thread, the order
 alternated per repetition):
 
 - env only: microseconds per step under uniform random actions;
@@ -33,9 +34,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_line  # noqa: E402  (benchmarks/ is not a package)
 
-PAIRS = {"Hopper": "Hopper-v5", "HalfCheetah": "HalfCheetah-v5", "Walker2d": "Walker2d-v5", "Reacher": "Reacher-v5",
-         "Ant": "Ant-v5", "Humanoid": "Humanoid-v5"}
-"""robolearn task id -> the Gymnasium env it reproduces (robolearn.envs.registry.GYMNASIUM_TWINS)."""
+from robolearn.envs.registry import GYMNASIUM_TWINS  # noqa: E402
+
+PAIRS = dict(GYMNASIUM_TWINS)
+"""robolearn task id -> the Gymnasium env it reproduces."""
 
 
 def _adapter(task: str, seed: int) -> Any:

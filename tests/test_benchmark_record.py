@@ -37,9 +37,14 @@ def table_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = repo / "results" / "smoke"
     assert benchmark_main(["run", "table=smoke", f"out={out}", "entries=cartpole_ppo", "seeds=0"]) == 0
     shutil.copy(GITIGNORE, repo / "results" / ".gitignore")
-    # A folder set aside by a rerun of a changed recipe is the machine's, not the record.
-    aside = out / "cartpole_ppo" / "robolearn" / "seed0.stale-20261127T000000"
-    shutil.copytree(out / "cartpole_ppo" / "robolearn" / "seed0", aside)
+    # Folders set aside (a rerun of a changed recipe, a raised budget) and sb3_run's swap folders, each
+    # holding copies of the record's files, are the machine's, not the record.
+    for aside in ("seed0.stale-20261127T000000", "seed0.short-20261127T000000"):
+        shutil.copytree(out / "cartpole_ppo" / "robolearn" / "seed0", out / "cartpole_ppo" / "robolearn" / aside)
+    sb3 = out / "cartpole_ppo" / "sb3_default" / "seed0"
+    for swap in (".sb3_checkpoint.tmp", ".sb3_checkpoint.old"):
+        shutil.copytree(sb3 / "sb3_checkpoint", sb3 / swap)
+    assert (sb3 / ".sb3_checkpoint.tmp" / "metrics.csv").is_file()
     return out
 
 

@@ -31,7 +31,7 @@ TABLE: dict[str, Any] = {
         {
             "id": "alpha_ppo", "task": "Hopper", "algo": "ppo", "experiment": "hopper_ppo",
             "env_steps": 4000, "eval_every": 1000, "thresholds": [100, 300],
-            "sb3": {"n_envs": 1, "default": {},
+            "sb3": {"n_envs": 1, "default": {}, "gymnasium": "Hopper-v5",
                     "zoo": {"source": "zoo ppo.yml Hopper-v3", "n_envs": 1, "normalize": True, "kwargs": {}}},
             "zoo_reference": {"return": 380.0, "env_steps": 4000, "source": "zoo benchmark.md"},
         },
@@ -477,6 +477,10 @@ def test_an_entry_whose_runs_ran_on_two_cpus_says_so_one_cpu_does_not(out: Path,
     text = write_report(TABLE, copy, tmp_path / "one" / "RESULTS.md", tmp_path / "one" / "fig", reps=REPS).read_text()
     assert row(text, "alpha_ppo", "robolearn")[8] == "met"
     assert "more than one machine" not in text
+    # Where SB3 trained: it sets SB3's seconds per env step (benchmarks/sb3_env_overhead.py).
+    assert "- sb3_default: SB3's defaults with {}, 1 env(s) of Gymnasium's Hopper-v5" in text
+    assert "- sb3_zoo: zoo ppo.yml Hopper-v3, 1 env(s) of Gymnasium's Hopper-v5" in text
+    assert "- sb3_default: SB3's defaults with {}, 1 env(s) of robolearn's Reacher through the SB3 adapter" in text
     # sb3_zoo's seed 1 resumed on a 16-core Xeon: its seconds compare two CPUs.
     rows.append({"entry": "alpha_ppo", "lib": "sb3_zoo", "seed": 1, "returncode": 0,
                  "machine": {"cpu": "Intel Xeon", "logical_cores": 16, "platform": "Linux-6.1-x86_64"}})
@@ -488,3 +492,11 @@ def test_an_entry_whose_runs_ran_on_two_cpus_says_so_one_cpu_does_not(out: Path,
                          "sb3_default seed 0, sb3_default seed 1, sb3_default seed 2, sb3_zoo seed 0, sb3_zoo seed 1, "
                          "sb3_zoo seed 2; Intel Xeon, 16 logical cores: sb3_zoo seed 1"), fact
     assert row(text, "beta_sac", "robolearn")[8] == "missed, incomplete (robolearn 2/3, sb3_default 2/3 seeds)"
+    # The Xeon attempt is followed by a fresh start on the EPYC (the run set aside as stale, or failed,
+    # and made again): the run in the folder is the EPYC's alone.
+    rows.append({"entry": "alpha_ppo", "lib": "sb3_zoo", "seed": 1, "returncode": 0, "state": "fresh",
+                 "machine": {"cpu": "AMD EPYC", "logical_cores": 2, "platform": "Linux-6.1-x86_64"}})
+    (copy / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = write_report(TABLE, copy, tmp_path / "three" / "RESULTS.md", tmp_path / "three" / "fig", reps=REPS).read_text()
+    assert row(text, "alpha_ppo", "robolearn")[8] == "met"
+    assert "more than one machine" not in text

@@ -501,6 +501,15 @@ def test_gymnasium_trains_on_the_twin_and_evaluates_on_robolearns_task(tmp_path:
     # The adapter's run of the same settings is another run: this checkpoint does not resume it.
     (out / "summary.json").unlink()
     assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 192, 64)) == 2
+    # With the same flags it resumes to a raised budget, on Gymnasium's env again (SAC: its replay buffer too).
+    assert sb3_run.main(_argv(out, "ppo", PPO_TINY, 192, 64, "--gymnasium", "Reacher-v5")) == 0
+    assert [int(r["step"]) for r in _rows(out)] == [64, 128, 192]
+    sac = tmp_path / "sac"
+    assert sb3_run.main(_argv(sac, "sac", SAC_TINY, 64, 64, "--gymnasium", "Reacher-v5", "--normalize")) == 0
+    (sac / "summary.json").unlink()
+    assert sb3_run.main(_argv(sac, "sac", SAC_TINY, 128, 64, "--gymnasium", "Reacher-v5", "--normalize")) == 0
+    assert [int(r["step"]) for r in _rows(sac)] == [64, 128]
+    assert json.loads((sac / "summary.json").read_text())["env_steps"] == 128
 
 
 @pytest.mark.parametrize(("extra", "message"), [

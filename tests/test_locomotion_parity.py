@@ -109,16 +109,17 @@ def test_reacher_matches_gymnasium_v5() -> None:
     assert terminations == 0 and time_outs == N * STEPS // 50
 
 
-@pytest.mark.parametrize(
-    ("task", "gym_id", "obs_dim", "action_dim", "dt", "limit"),
-    [
-        ("Hopper", "Hopper-v5", 11, 3, 0.008, 1000),
-        ("Walker2d", "Walker2d-v5", 17, 6, 0.008, 1000),
-        ("Reacher", "Reacher-v5", 10, 2, 0.02, 50),
-        ("Ant", "Ant-v5", 105, 8, 0.05, 1000),
-        ("Humanoid", "Humanoid-v5", 348, 17, 0.015, 1000),
-    ],
-)
+SPACES = [
+    ("Hopper", "Hopper-v5", 11, 3, 0.008, 1000),
+    ("Walker2d", "Walker2d-v5", 17, 6, 0.008, 1000),
+    ("Reacher", "Reacher-v5", 10, 2, 0.02, 50),
+    ("Ant", "Ant-v5", 105, 8, 0.05, 1000),
+    ("Humanoid", "Humanoid-v5", 348, 17, 0.015, 1000),
+]
+"""The tasks of this file's step-for-step parity tests, with their Gymnasium twins' spaces."""
+
+
+@pytest.mark.parametrize(("task", "gym_id", "obs_dim", "action_dim", "dt", "limit"), SPACES)
 def test_spaces_match_gymnasium_v5(
     task: str, gym_id: str, obs_dim: int, action_dim: int, dt: float, limit: int
 ) -> None:
@@ -170,6 +171,5 @@ def test_the_registrys_gymnasium_twins_are_the_pairs_the_parity_tests_check() ->
     # without a parity test (here, or HalfCheetah's in test_halfcheetah_parity.py) would compare two MDPs.
     from robolearn.envs.registry import GYMNASIUM_TWINS
 
-    checked = {"Hopper": "Hopper-v5", "Walker2d": "Walker2d-v5", "Ant": "Ant-v5", "Humanoid": "Humanoid-v5",
-               "Reacher": "Reacher-v5", "HalfCheetah": "HalfCheetah-v5"}
+    checked = {task: gym_id for task, gym_id, *_ in SPACES} | {"HalfCheetah": "HalfCheetah-v5"}
     assert GYMNASIUM_TWINS == checked

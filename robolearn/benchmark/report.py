@@ -584,8 +584,9 @@ def _hardware(row: Mapping[str, Any]) -> str | None:
 
 
 def _run_hardware(out: Path) -> dict[tuple[str, str, int], set[str]]:
-    """``(entry, lib, seed)`` -> the hardware of every attempt of that run in ``runs.jsonl`` (a run
-    resumed on another machine has two).
+    """``(entry, lib, seed)`` -> the hardware of the attempts that made the run now in its folder:
+    its last fresh start and the resumes after it (a run resumed on another machine has two). An
+    earlier attempt (a run set aside as stale or short, a failed start) made nothing the page reads.
     """
     found: dict[tuple[str, str, int], set[str]] = {}
     for row in _runs_rows(out):
@@ -594,6 +595,8 @@ def _run_hardware(out: Path) -> dict[tuple[str, str, int], set[str]]:
             key = (str(row["entry"]), str(row["lib"]), int(row["seed"]))
         except (KeyError, TypeError, ValueError):
             continue
+        if row.get("state") == "fresh":
+            found[key] = set()
         if hardware:
             found.setdefault(key, set()).add(hardware)
     return found
@@ -866,12 +869,15 @@ def write_report(
         ]
         sb3 = entry.get("sb3") or {}
         facts = []
+        trained = (f"Gymnasium's {sb3['gymnasium']}" if sb3.get("gymnasium")
+                   else f"robolearn's {entry.get('task')} through the SB3 adapter")
         if "default" in sb3:
             facts.append(f"sb3_default: SB3's defaults with {json.dumps(sb3.get('default') or {}, sort_keys=True)}, "
-                         f"{sb3.get('n_envs', 1)} env(s)")
+                         f"{sb3.get('n_envs', 1)} env(s) of {trained}")
         zoo = sb3.get("zoo")
         if zoo:
-            facts.append(f"sb3_zoo: {_md(str(zoo.get('source', 'source not stated')))}")
+            facts.append(f"sb3_zoo: {_md(str(zoo.get('source', 'source not stated')))}, {zoo.get('n_envs', 1)} env(s) "
+                         f"of {trained}")
         ref = entry.get("zoo_reference")
         if ref:
             facts.append(f"Zoo published return {_ret(float(ref.get('return', math.nan)))} at "

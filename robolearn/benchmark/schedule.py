@@ -25,8 +25,8 @@ command would give it now (:func:`recipe_differences`): a robolearn run whose wh
 from what its fresh command composes now (the caller composes it and passes it in, :data:`ComposedConfig`:
 ``robolearn benchmark`` with Hydra; so a recipe line deleted or a default changed counts too), the keys
 the benchmark sets per run (:data:`BENCHMARK_KEYS`) and those that do not change training
-(:data:`NOT_TRAINING_KEYS`) aside; an SB3 run whose kwargs, ``n_envs``, ``normalize`` or task
-overrides have changed, or one with a ``lin_<x>`` schedule whose budget has changed (SB3's linear
+(:data:`NOT_TRAINING_KEYS`) aside; an SB3 run whose kwargs, ``n_envs``, ``normalize``, task
+overrides or training env (``gymnasium``: Gymnasium's twin of the task, or the adapter) have changed, or one with a ``lin_<x>`` schedule whose budget has changed (SB3's linear
 schedules decay over the budget a run starts with: resumed to a raised one, they jump). robolearn's
 own PPO and SAC have no schedule tied to ``total_env_steps``, so their runs resume to a raised
 budget. Skipped or resumed, a stale run would put two recipes on one results page:
@@ -547,7 +547,8 @@ def recipe_differences(
     algorithm's dataclass or ``configs/algo/*.yaml``) is found too; the keys of :func:`not_compared`
     aside. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
     ``lin_<x>`` schedule, the run's ``total_env_steps`` with the entry's budget. A run made before
-    sb3_run recorded ``task_overrides`` trained the task as registered (``{}``).
+    sb3_run recorded ``task_overrides`` trained the task as registered (``{}``), one made before it
+    recorded ``gymnasium`` through the adapter (``None``).
 
     ``sb3_wanted`` keeps :func:`sb3_settings` per (entry id, lib) across the runs of one check (the
     seeds of an SB3 configuration share them); ``None``: computed for this run alone.
@@ -843,7 +844,7 @@ def table_problems(old: Mapping[str, Any], new: Table) -> list[str]:
             continue
         after = new.entry(before.id)
         # Not ``sb3``: a changed SB3 block is the stale guard's, run by run (an SB3 run's config.json
-        # records its kwargs, n_envs and normalize), so rerun_stale can redo just the runs it changed.
+        # records its kwargs, n_envs, normalize and gymnasium), so rerun_stale can redo just the runs it changed.
         for field in ("task", "algo", "experiment", "eval_every"):
             if getattr(before, field) != getattr(after, field):
                 problems.append(f"entry {before.id}: {field} was {getattr(before, field)!r}, now {getattr(after, field)!r}")

@@ -72,7 +72,7 @@ class ZooHyperparams:
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """SB3 constructor kwargs; the Zoo's spelling (``lin_3e-4``, ``policy_kwargs`` strings) is allowed."""
     n_envs: int = 1
-    """Worlds of the SB3 adapter (the Zoo's ``n_envs``)."""
+    """SB3's training envs (the Zoo's ``n_envs``): Gymnasium envs or adapter worlds (:attr:`SB3Side.gymnasium`)."""
     normalize: bool = False
     """Wrap the env in VecNormalize, as the Zoo does for this task."""
 
@@ -88,7 +88,7 @@ class SB3Side:
     """How an entry runs on Stable-Baselines3."""
 
     n_envs: int = 1
-    """Worlds of the SB3 adapter at SB3's defaults (SB3's own default is one env)."""
+    """SB3's training envs at its defaults (SB3's own default is one env): Gymnasium envs or adapter worlds."""
     default: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Kwargs over SB3's defaults for the ``sb3_default`` runs (empty: SB3's defaults exactly)."""
     zoo: ZooHyperparams | None = None
