@@ -162,6 +162,22 @@ def test_plan_is_seed_major_entries_in_order_libs_rotated_by_seed(tmp_path: Path
     assert runs[7].run_dir == tmp_path / "a" / "robolearn" / "seed1"
 
 
+def test_entry_order_runs_each_entrys_runs_together_in_the_seed_order(tmp_path: Path) -> None:
+    table = three_lib_table()
+    by_seed = plan(table, tmp_path)
+    by_entry = plan(table, tmp_path, order="entry")
+    assert sorted(map(str, by_entry)) == sorted(map(str, by_seed))  # the same runs
+    assert [r.entry.id for r in by_entry] == ["a"] * 9 + ["b"] * 6
+    # Within an entry: seed-major, the libraries rotated by seed, as in the default order.
+    assert [(r.seed, r.lib) for r in by_entry[:9]] == [(r.seed, r.lib) for r in by_seed if r.entry.id == "a"]
+    assert [(r.seed, r.lib) for r in by_entry[:4]] == [
+        (0, "robolearn"), (0, "sb3_default"), (0, "sb3_zoo"), (1, "sb3_default")]
+    with pytest.raises(TableError, match=r"order=lib: expected one of seed, entry, got 'lib'"):
+        plan(table, tmp_path, order="lib")
+    assert benchmark_main(["run", "table=smoke", f"out={tmp_path / 'o'}", "order=lib", "dry_run=true"]) == 2
+    assert not (tmp_path / "o").exists()
+
+
 def test_plan_filters_and_refuses_what_the_table_lacks(tmp_path: Path) -> None:
     table = three_lib_table()
     runs = plan(table, tmp_path, entries=["b"], libs=["robolearn"], seeds=[2, 0])

@@ -219,23 +219,35 @@ is :func:`launch`. Tests wrap it to count or stand in for launches."""
 
 
 # -- the runs ---------------------------------------------------------------------------------
+ORDERS: tuple[str, ...] = ("seed", "entry")
+"""The run orders of :func:`plan`: seed-major (the default) or entry-major."""
+
+
 def plan(
     table: Table,
     out: Path,
     entries: Sequence[str] | None = None,
     libs: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
+    order: str = "seed",
 ) -> list[Run]:
     """The table's runs in execution order, optionally only some entries, libraries and seeds.
 
-    The order is seed-major; within a seed, entries in table order; within an entry, the table's
-    libraries rotated by the seed's position in the table (seed 0 of ``[robolearn, sb3_default]``
-    runs robolearn first, seed 1 SB3 first), so runs of the same seed and entry run side by side
-    under ``jobs=2`` and neither library always has the quieter machine.
+    ``order="seed"``: seed-major; within a seed, entries in table order; within an entry, the
+    table's libraries rotated by the seed's position in the table (seed 0 of ``[robolearn,
+    sb3_default]`` runs robolearn first, seed 1 SB3 first), so runs of the same seed and entry run
+    side by side under ``jobs=2`` and neither library always has the quieter machine.
+    ``order="entry"``: entry-major, each entry's runs in that same seed-major, rotated order, so an
+    entry's libraries and seeds finish together: a table run over several sittings, perhaps on other
+    machines, then has each entry's runs from one sitting, and its time ratios compare libraries,
+    not machines.
 
     Raises:
-        TableError: a filter names an entry, library or seed the table does not have.
+        TableError: a filter names an entry, library or seed the table does not have, or ``order``
+            is not one of :data:`ORDERS`.
     """
+    if order not in ORDERS:
+        raise TableError(f"order={order}: expected one of {', '.join(ORDERS)}, got {order!r}")
     chosen_entries = _subset("entries", entries, table.ids, table)
     chosen_libs = _subset("libs", libs, table.libs, table)
     chosen_seeds = _subset("seeds", seeds, table.seeds, table)
@@ -251,6 +263,9 @@ def plan(
             for lib in entry.libs(rotated):
                 if lib in chosen_libs:
                     runs.append(Run(entry, lib, seed, run_dir(out, entry.id, lib, seed)))
+    if order == "entry":
+        position = {entry_id: i for i, entry_id in enumerate(table.ids)}
+        runs.sort(key=lambda run: position[run.entry.id])  # stable: seed-major within each entry
     return runs
 
 
@@ -1026,6 +1041,7 @@ def run_benchmark(
     entries: Sequence[str] | None = None,
     libs: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
+    order: str = "seed",
     dry_run: bool = False,
     rerun_stale: bool = False,
     progress: bool = False,
@@ -1042,6 +1058,8 @@ def run_benchmark(
         entries: run only these entry ids (default: all of the table's).
         libs: run only these libraries (default: the table's).
         seeds: run only these seeds (default: the table's).
+        order: ``seed`` (seed-major, the default) or ``entry`` (entry-major: each entry's runs
+            together; see :func:`plan`).
         dry_run: only plan: nothing is written or started (stale runs are still refused, or listed
             with ``rerun_stale``).
         rerun_stale: set each stale run's folder aside (renamed ``seed<S>.stale-<UTC time>``) and
@@ -1065,7 +1083,7 @@ def run_benchmark(
     if jobs < 1:
         raise TableError(f"jobs={jobs}: expected an integer >= 1")
     out = Path(out)
-    runs = plan(table, out, entries, libs, seeds)
+    runs = plan(table, out, entries, libs, seeds, order)
     check_out(table, out)
     # An unreadable recipe stops the benchmark before any run starts (not when its run is done, on the
     # next call). Only what every SB3 command needs: a recipe is composed or compared only for a done

@@ -66,7 +66,7 @@ from robolearn.utils.config import ConfigError
 
 USAGE = """\
 usage: robolearn benchmark run table=<name|path> out=<dir> [jobs=1] [entries=a,b] [libs=robolearn,sb3_default]
-                               [seeds=0,1] [dry_run=false] [rerun_stale=false]
+                               [seeds=0,1] [order=seed|entry] [dry_run=false] [rerun_stale=false]
        robolearn benchmark profile table=<name|path> out=<dir> [fraction=0.1] [jobs=1] [entries=a,b] [libs=...]
                                    [seeds=0] [dry_run=false] [rerun_stale=false]
        robolearn benchmark report out=<dir> [results=RESULTS.md] [figures=docs/results] [profile=<dir>]
@@ -74,7 +74,8 @@ usage: robolearn benchmark run table=<name|path> out=<dir> [jobs=1] [entries=a,b
 run     train every (entry, library, seed) of a table that is not done yet, `jobs` at a time, one
         thread each; finished runs are skipped and interrupted ones resumed (run it again to continue);
         runs of a recipe changed since (stale) are refused, or with rerun_stale=true renamed
-        seed<S>.stale-<UTC time> and run afresh
+        seed<S>.stale-<UTC time> and run afresh; order=entry runs each entry's runs together
+        (a table run over several sittings or machines: each entry's runs from one)
 profile short runs of every (entry, library) at `fraction` of its budget (off-policy entries: at least
         twice their longest warm-up + 4,000 env steps), recording where the training seconds go
         (collection vs updates), for a table whose runs predate that record; resumable like run
@@ -90,6 +91,7 @@ RUN_KEYS: dict[str, str] = {
     "entries": "comma-separated entry ids (default: all)",
     "libs": "comma-separated libraries (default: the table's)",
     "seeds": "comma-separated seeds (default: the table's)",
+    "order": "seed (seed-major, the default) or entry (each entry's runs together)",
     "dry_run": "true: list the runs and their states, run nothing",
     "rerun_stale": "true: rename the folders of runs whose recipe changed since (seed<S>.stale-<UTC time>) "
                    "and run them afresh; default false: refuse the table and list them",
@@ -185,7 +187,7 @@ def profile_command(settings: dict[str, str]) -> int:
 
 def _run_table(settings: dict[str, str], table: Table, out: Path, default_seeds: list[int] | None) -> int:
     """Run (or with ``dry_run`` list) ``table``'s runs into ``out`` with the shared settings (jobs,
-    entries, libs, seeds, dry_run, rerun_stale); print the plan or the outcome; the exit status.
+    entries, libs, seeds, order, dry_run, rerun_stale); print the plan or the outcome; the exit status.
     """
     jobs = _integer("jobs", settings.get("jobs", "1"), minimum=1)
     dry_run = _boolean("dry_run", settings.get("dry_run", "false"))
@@ -194,7 +196,7 @@ def _run_table(settings: dict[str, str], table: Table, out: Path, default_seeds:
              else default_seeds)
     result = run_benchmark(
         table, out, jobs=jobs, dry_run=dry_run, rerun_stale=rerun_stale, progress=not dry_run, seeds=seeds,
-        composed=composer(table),
+        composed=composer(table), order=settings.get("order", "seed"),
         entries=_items(settings, "entries") if "entries" in settings else None,
         libs=_items(settings, "libs") if "libs" in settings else None,
     )
