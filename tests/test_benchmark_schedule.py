@@ -914,16 +914,23 @@ task_overrides:
 """
 
 
-def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_schedule(
-    tmp_path: Path, fake: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from robolearn.benchmark import sb3_run
+def _recipe_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str) -> Path:
+    """A folder of experiment recipes holding ``<name>.yaml``, which the table reads instead of configs/experiment."""
     from robolearn.benchmark import table as table_module
 
     recipes = tmp_path / "experiment"
     recipes.mkdir()
-    (recipes / "lin.yaml").write_text(LIN_RECIPE)
+    (recipes / f"{name}.yaml").write_text(text)
     monkeypatch.setattr(table_module, "experiments_dir", lambda: recipes)
+    return recipes
+
+
+def test_sb3_runs_stale_by_task_overrides_or_by_a_raised_budget_under_a_lin_schedule(
+    tmp_path: Path, fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robolearn.benchmark import sb3_run
+
+    recipes = _recipe_dir(tmp_path, monkeypatch, "lin", LIN_RECIPE)
     zoo = {"source": "zoo", "n_envs": 4, "normalize": True,
            "kwargs": {"n_steps": 32, "gamma": 0.95, "learning_rate": "lin_1e-3"}}
     spec = {"name": "lin", "seeds": [0], "libs": ["sb3_default", "sb3_zoo"], "eval_episodes": 2, "entries": [
@@ -1346,12 +1353,8 @@ def test_an_sb3_side_on_gymnasium_is_commanded_recorded_and_checked(
     tmp_path: Path, fake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from robolearn.benchmark import sb3_run
-    from robolearn.benchmark import table as table_module
 
-    recipes = tmp_path / "experiment"
-    recipes.mkdir()
-    (recipes / "reach.yaml").write_text(REACH_RECIPE)
-    monkeypatch.setattr(table_module, "experiments_dir", lambda: recipes)
+    recipes = _recipe_dir(tmp_path, monkeypatch, "reach", REACH_RECIPE)
     entry = {"id": "r", "task": "Reacher", "algo": "ppo", "experiment": "reach", "env_steps": 100, "eval_every": 50,
              "sb3": {"n_envs": 1, "gymnasium": "Reacher-v5", "default": {}}}
     spec = {"name": "g", "seeds": [0], "libs": ["sb3_default"], "eval_episodes": 2, "entries": [entry]}
