@@ -834,6 +834,7 @@ def write_report(
         "| env steps/s | SB3 best / robolearn time | target | Zoo published |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
+    machines = {str(entry["id"]): _machines_of(str(entry["id"]), results, hardware) for entry, results in per_entry}
     for entry, results in per_entry:
         ours = next((r for r in results if r.lib == ROBOLEARN), None)
         for result in results:
@@ -843,10 +844,10 @@ def write_report(
             ratio = verdict = zoo = ""
             if result is ours:
                 cells, verdict, against = _verdict(ours, results)
-                machines = _machines_of(str(entry["id"]), results, hardware)
-                if len(machines) > 1 and verdict != "n/a":
+                ran_on = machines[str(entry["id"])]
+                if len(ran_on) > 1 and verdict != "n/a":
                     # A ratio of seconds across two CPUs measures the CPUs as well as the libraries.
-                    verdict += f", runs on {len(machines)} machines"
+                    verdict += f", runs on {len(ran_on)} machines"
                 ratio = "<br>".join(f"≥{_thr(r.threshold)}: {c}" for r, c in zip(ours.reach, cells, strict=True))
                 ratio = (ratio or "—") + against
                 zoo = _zoo_cell(entry, ours)
@@ -883,10 +884,10 @@ def write_report(
             facts.append(f"Zoo published return {_ret(float(ref.get('return', math.nan)))} at "
                          f"{int(ref.get('env_steps') or 0):,} env steps: {_md(str(ref.get('source', 'source not stated')))}")
         facts += [f"{r.lib} {note}" for r in results for note in r.notes]
-        machines = _machines_of(str(entry["id"]), results, hardware)
-        if len(machines) > 1:
+        ran_on = machines[str(entry["id"])]
+        if len(ran_on) > 1:
             facts.append("ran on more than one machine, so its seconds compare machines as well as libraries: "
-                         + "; ".join(f"{_md(m)}: {', '.join(runs)}" for m, runs in sorted(machines.items())))
+                         + "; ".join(f"{_md(m)}: {', '.join(runs)}" for m, runs in sorted(ran_on.items())))
         if facts:
             lines += [""] + [f"- {fact}" for fact in facts]
         profiled = _profiled(Path(profile), str(entry["id"])) if profile is not None else None
