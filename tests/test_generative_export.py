@@ -32,6 +32,7 @@ from robolearn.export import (
     load_manifest,
     read_manifest,
 )
+from robolearn.export.chunked import PARITY_ATOL
 from robolearn.export.exporter import Artifact, _content_hash
 from robolearn.nn.generative import ChunkModel, ChunkModelSpec, ChunkSampler
 from robolearn.sim2real.deploy.policy import load_exported
@@ -103,7 +104,9 @@ def test_onnx_matches_torch_at_nonzero_noise(models: dict, spec: dict, tmp_path:
     sampler = ChunkSampler(_train("diffusion", "unet", steps=30) if model == "unet" else models[model], steps)
     manifest = export_chunk_policy(sampler, ChunkSpec(H, K, HIST), spec, tmp_path, formats=["onnx"], parity_draws=3)
     assert manifest["manifest_version"] == 4 and manifest["sampler"]["steps"] == steps
-    assert 0.0 <= manifest["files"]["onnx"]["parity_max_abs_err"] <= 1e-4
+    kind = "flow" if model == "flow" else "diffusion"
+    tolerance = PARITY_ATOL[kind]  # flow 1e-4; DDIM amplifies float32 rounding near t = T (PARITY_ATOL's doc)
+    assert 0.0 <= manifest["files"]["onnx"]["parity_max_abs_err"] <= tolerance
     session = _ort(tmp_path / "policy.onnx")
     assert [i.name for i in session.get_inputs()] == ["obs", "noise"]
     gen = torch.Generator().manual_seed(123)
@@ -113,7 +116,7 @@ def test_onnx_matches_torch_at_nonzero_noise(models: dict, spec: dict, tmp_path:
         got = session.run(["chunk"], {"obs": obs.numpy(), "noise": noise.numpy()})[0]
         with torch.no_grad():
             want = sampler(obs, noise).numpy()
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(got, want, rtol=0, atol=tolerance)
         assert (np.abs(want) < 0.99).mean() > 0.5  # parity on actual values, not on the clip bounds
 
 
