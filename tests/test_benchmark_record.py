@@ -31,8 +31,6 @@ def _git(cwd: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def table_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository whose ``results/smoke`` holds real finished runs of the smoke table's PPO entry."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
     repo = tmp_path_factory.mktemp("record") / "repo"
     out = repo / "results" / "smoke"
     assert benchmark_main(["run", "table=smoke", f"out={out}", "entries=cartpole_ppo", "seeds=0"]) == 0
