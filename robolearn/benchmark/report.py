@@ -563,13 +563,17 @@ def _runs_rows(out: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _cpu_cores(machine: Mapping[str, Any]) -> str:
+    """``"<cpu>, <n> logical cores"`` of a ``runs.jsonl`` row's ``machine``."""
+    cores = machine.get("logical_cores")
+    return f"{machine.get('cpu') or 'unknown CPU'}, {cores if cores is not None else '?'} logical cores"
+
+
 def _machine(row: Mapping[str, Any]) -> str | None:
     machine = row.get("machine")
     if not isinstance(machine, Mapping):
         return None
-    cores = machine.get("logical_cores")
-    return (f"{machine.get('cpu') or 'unknown CPU'}, {cores if cores is not None else '?'} logical cores, "
-            f"{machine.get('platform') or 'unknown platform'}")
+    return f"{_cpu_cores(machine)}, {machine.get('platform') or 'unknown platform'}"
 
 
 def _hardware(row: Mapping[str, Any]) -> str | None:
@@ -579,8 +583,7 @@ def _hardware(row: Mapping[str, Any]) -> str | None:
     machine = row.get("machine")
     if not isinstance(machine, Mapping) or not machine.get("cpu"):
         return None
-    cores = machine.get("logical_cores")
-    return f"{machine['cpu']}, {cores if cores is not None else '?'} logical cores"
+    return _cpu_cores(machine)
 
 
 def _run_hardware(out: Path) -> dict[tuple[str, str, int], set[str]]:
