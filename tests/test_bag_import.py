@@ -316,6 +316,32 @@ def test_align_interpolates_states_and_holds_commands_by_hand() -> None:
         align(js, cmds, rate_hz=0.0)
 
 
+def test_align_phases_the_ticks_on_a_robots_stamps_not_on_a_late_first_state() -> None:
+    """A 100 Hz robot log (a linear signal) whose stamps jitter around its control ticks: when the
+    recording starts on a state stamped 3.1 ms late, the ticks still fall on the robot's grid (the
+    median phase), not 3.1 ms off it between every two states; a grid whose jitter wraps around the
+    period's circle (states a little early) keeps its phase 0; a 50 Hz log is ticked from its first
+    state, as an irregular one is.
+    """
+    from robolearn.data.rosbag_io import Commands, JointStates, align
+
+    jitter = np.array([0.0, -4e-4, 2e-4, -1e-4, 3e-4, -2e-4, 0.0, 1e-4, -3e-4])  # median 0
+    on_grid = 0.01 * np.arange(1, 10) + jitter
+
+    def log(stamps: np.ndarray) -> JointStates:
+        return JointStates(stamps, (2.0 * stamps + 1.0)[:, None], (-stamps)[:, None])
+
+    cmds = Commands(np.array([0.0]), np.array([[1.0]]))
+    late = align(log(np.concatenate([[0.0031], on_grid])), cmds, rate_hz=100.0)
+    np.testing.assert_allclose(late.ticks, 0.01 * np.arange(1, 9), atol=1e-12)  # not 0.0031, 0.0131, ...
+    np.testing.assert_allclose(late.position[:, 0], 2.0 * late.ticks + 1.0, atol=1e-12)
+    # phases 0, 9.6, 0.2, 9.9, 0.3, 9.8, ... ms: a median on the line would put the grid 0.3 ms late
+    wrapped = align(log(on_grid), cmds, rate_hz=100.0)
+    np.testing.assert_allclose(wrapped.ticks, 0.01 * np.arange(1, 9), atol=1e-12)
+    slow = align(log(np.concatenate([[0.0031], 0.02 * np.arange(1, 6)])), cmds, rate_hz=100.0)
+    np.testing.assert_allclose(slow.ticks, 0.0031 + 0.01 * np.arange(10), atol=1e-12)
+
+
 def _merge(sets: list[Dataset]) -> Dataset:
     """Imported episodes as one dataset (fields concatenated, the first one's metadata)."""
     return Dataset(

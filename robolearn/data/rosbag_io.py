@@ -10,7 +10,12 @@ opens all three formats with one reader. Two streams matter for a control log:
 
 Times are the message header's stamp where the message has one (JointState, JointTrajectory),
 else the time the recorder received it. :func:`align` resamples both onto control ticks at a given
-rate: the joint state **interpolated linearly** between the two messages around each tick (a
+rate, ``1 / rate`` apart. Where the joint states come at that rate (their median interval within
+10% of the period) the ticks take the **stamps' own phase** (the median of their offsets on the
+period's circle): a robot stamps a state a little after its control tick, and a recording that
+starts on one late state would otherwise put every tick between two states, mixing two steps in
+each. Other logs (irregular, or at another rate) are ticked from their first joint state. On the
+ticks, the joint state **interpolated linearly** between the two messages around each tick (a
 state is a continuous signal; taking the latest sample instead would lag it by up to one sample
 period), and for the step from one tick to the next the command **held** at its end: the latest
 command received by then (a command is a step signal the robot applies until the next one arrives;
@@ -218,10 +223,36 @@ class AlignedLog:
     ticks: np.ndarray
 
 
+_PHASE_RATE_TOL = 0.1
+"""Joint states whose median interval is within this share of the period count as coming at the
+control rate (their stamps then phase the ticks: :func:`_grid_offset`)."""
+
+
+def _grid_offset(stamps: np.ndarray, period: float) -> float:
+    """Where an episode's first tick lies after its first joint state, in ``[0, period)``.
+
+    For states at the control rate, the median phase of the stamps on the period's circle (taken
+    around their circular mean, so a phase near 0 that wraps to near ``period`` still counts as
+    near 0): one late state, the first included, does not move the grid. ``0`` (the first state)
+    for fewer than 3 states or states at another rate.
+    """
+    if len(stamps) < 3:
+        return 0.0
+    if abs(float(np.median(np.diff(stamps))) - period) > _PHASE_RATE_TOL * period:
+        return 0.0
+    angles = 2.0 * math.pi * np.mod(stamps - stamps[0], period) / period
+    centre = math.atan2(float(np.sin(angles).sum()), float(np.cos(angles).sum()))
+    deviation = np.angle(np.exp(1j * (angles - centre)))  # wrapped into (-pi, pi]
+    phase = (centre + float(np.median(deviation))) % (2.0 * math.pi)
+    offset = phase / (2.0 * math.pi) * period
+    # Within a stamp's rounding of 0 or of the period, the first state is on the grid.
+    return 0.0 if offset <= _STAMP_TOL or period - offset <= _STAMP_TOL else offset
+
+
 def align(js: JointStates, cmds: Commands, rate_hz: float, episode_gap_s: float | None = None,
           max_steps: int | None = None, not_before: float | None = None) -> AlignedLog:
-    """Resample onto ticks ``1 / rate_hz`` apart from the first joint state (module doc); ticks
-    before ``not_before`` (the first image's stamp, when images are imported) are dropped.
+    """Resample onto ticks ``1 / rate_hz`` apart, phased on the joint states' stamps where they come
+    at that rate and from the first joint state otherwise (module doc); ticks before ``not_before`` (the first image's stamp, when images are imported) are dropped.
     """
     if not rate_hz > 0:
         raise BagError(f"rate_hz: expected a positive rate, got {rate_hz!r}")
@@ -233,7 +264,7 @@ def align(js: JointStates, cmds: Commands, rate_hz: float, episode_gap_s: float 
     pos_out, vel_out, cmd_out, lengths, tick_out = [], [], [], [], []
     total = 0
     for seg in segments:
-        start, end = t[seg[0]], t[seg[-1]]
+        start, end = t[seg[0]] + _grid_offset(t[seg], period), t[seg[-1]]
         ticks = start + period * np.arange(int(math.floor((end - start) / period + 1e-9)) + 1)
         held_all = np.searchsorted(cmds.stamps, ticks[1:], side="right") - 1
         first = int(np.argmax(held_all >= 0)) if (held_all >= 0).any() else len(ticks)
