@@ -172,6 +172,18 @@ class Resettable(Protocol):
         ...
 
 
+@runtime_checkable
+class Scheduled(Protocol):
+    """The optional verb of a learner whose settings follow the run's progress (PPO's linear
+    learning-rate schedule): the runner calls it before each iteration's learning. A learner
+    without a schedule need not implement it.
+    """
+
+    def set_progress(self, fraction: float) -> None:
+        """``fraction`` of the run's budget (``[0, 1)``) is done before the coming update."""
+        ...
+
+
 class NonFiniteValue(ValueError):
     """A NaN or inf where an env needs finite numbers (an action), raised before the physics sees it,
     so the env's state is untouched (``robolearn.envs.sync.check_finite``). A training loop that

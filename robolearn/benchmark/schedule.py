@@ -27,9 +27,10 @@ from what its fresh command composes now (the caller composes it and passes it i
 the benchmark sets per run (:data:`BENCHMARK_KEYS`) and those that do not change training
 (:data:`NOT_TRAINING_KEYS`) aside; an SB3 run whose kwargs, ``n_envs``, ``normalize``, task
 overrides or training env (``gymnasium``: Gymnasium's twin of the task, or the adapter) have changed, or one with a ``lin_<x>`` schedule whose budget has changed (SB3's linear
-schedules decay over the budget a run starts with: resumed to a raised one, they jump). robolearn's
-own PPO and SAC have no schedule tied to ``total_env_steps``, so their runs resume to a raised
-budget. Skipped or resumed, a stale run would put two recipes on one results page:
+schedules decay over the budget a run starts with: resumed to a raised one, they jump); so is a
+robolearn run whose recipe anneals PPO's learning rate (``algo.schedule: linear``) and whose budget
+has changed. robolearn's other PPO and SAC recipes have no schedule tied to ``total_env_steps``, so
+their runs resume to a raised budget. Skipped or resumed, a stale run would put two recipes on one results page:
 :func:`run_benchmark` checks every run of the table and refuses it when a selected run is stale,
 listing each and its differences, unless ``rerun_stale`` is set; then each stale run's folder is
 renamed ``seed<S>.stale-<UTC time>`` (never deleted; the report reads only ``seed<S>``) and the run
@@ -560,7 +561,8 @@ def recipe_differences(
     robolearn: the run's whole config against the whole config its fresh command composes now
     (``composed``), key by key both ways, so a recipe line deleted or a default changed (in the
     algorithm's dataclass or ``configs/algo/*.yaml``) is found too; the keys of :func:`not_compared`
-    aside. SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
+    aside, and with ``algo.schedule: linear`` the run's ``total_env_steps`` with the entry's budget.
+    SB3: :func:`sb3_settings` with the run's (``sb3_kwargs`` key by key); and with a
     ``lin_<x>`` schedule, the run's ``total_env_steps`` with the entry's budget. A run made before
     sb3_run recorded ``task_overrides`` trained the task as registered (``{}``), one made before it
     recorded ``gymnasium`` through the adapter (``None``).
@@ -589,6 +591,13 @@ def recipe_differences(
             # config.json leaves out a section that is None (o2o): not set and null are the same.
             if not same_value(None if was is _ABSENT else was, None if now is _ABSENT else now):
                 diffs.append(Difference(key, was, now))
+        budget = have.get("total_env_steps", _ABSENT)
+        if have.get("algo.schedule") == "linear" and not same_value(budget, run.entry.env_steps):
+            diffs.append(Difference(
+                "total_env_steps", budget, run.entry.env_steps,
+                "algo.schedule: linear anneals the learning rate over the budget the run started with: "
+                "continued to another budget the rate jumps",
+            ))
         return diffs
     want = _sb3_wanted(run, sb3_wanted)
     # Runs made before sb3_run recorded these trained the task as registered, through the adapter.

@@ -65,6 +65,7 @@ from robolearn.runners.rundir import (
     write_json,
 )
 from robolearn.runners.runner_config import RunnerConfig
+from robolearn.types import Scheduled
 from robolearn.utils.config import ConfigError
 
 __all__ = ["BaseRunner", "RunInterrupted", "RunnerConfig", "TrainingDiverged"]
@@ -325,6 +326,8 @@ class BaseRunner:
             # _iterate to what that iteration took.
             while self.steps < self.total_steps:
                 start = time.perf_counter()
+                if isinstance(self.agent, Scheduled):  # e.g. PPO's linear learning-rate schedule
+                    self.agent.set_progress(self.steps / self.total_steps)
                 obs, stats = self._iterate(obs)
                 self.update_idx += 1
                 self.steps += self.steps_per_iteration

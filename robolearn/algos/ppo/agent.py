@@ -364,6 +364,14 @@ class PPO:
             )
 
     # -- learning ----------------------------------------------------------------------------
+    def set_progress(self, fraction: float) -> None:
+        """How much of the run's budget is done before the next update (``[0, 1]``; the runner calls
+        it every iteration: :class:`robolearn.types.Scheduled`). With ``schedule: linear`` the
+        learning rate becomes ``learning_rate * (1 - fraction)``; the other schedules ignore it.
+        """
+        if self.cfg.schedule == "linear":
+            self.learning_rate.fill_(float(self.cfg.learning_rate) * max(0.0, 1.0 - float(fraction)))
+
     def update(self, batch: Any = None) -> dict[str, torch.Tensor]:
         """``num_epochs x num_minibatches`` gradient steps on the rollout; returns mean statistics as
         0-d tensors (``loss_policy``, ``loss_value``, ``loss_entropy``, ``kl``, ``clip_fraction``,

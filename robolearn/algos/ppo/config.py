@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULES: tuple[str, ...] = ("adaptive", "fixed")
+SCHEDULES: tuple[str, ...] = ("adaptive", "fixed", "linear")
 """Learning-rate schedules PPO knows."""
 
 MEMORIES: tuple[str, ...] = ("none", "gru", "lstm")
@@ -46,7 +46,12 @@ class PPOConfig:
     """Initial Adam learning rate (the adaptive schedule then moves it)."""
     schedule: str = "adaptive"
     """``adaptive``: scale the learning rate by 1.5 down or up when the KL is above ``2 * desired_kl``
-    or below ``desired_kl / 2``; ``fixed``: keep it."""
+    or below ``desired_kl / 2``; ``fixed``: keep it; ``linear``: anneal it linearly to zero over the
+    run's budget (``learning_rate * (1 - done / total_env_steps)`` for the update after ``done`` env
+    steps, CleanRL's ``anneal_lr`` and the RL Zoo's ``lin_<x>``): the late updates take small steps,
+    so a policy that has learned the task is not pushed off it. The runner tells the agent how far
+    the run is (:meth:`robolearn.algos.ppo.PPO.set_progress`); a run resumed to a raised budget
+    continues on the new, longer line (its rate steps up)."""
     desired_kl: float = 0.01
     """Target KL between the collection-time and updated policy, for the adaptive schedule."""
     min_learning_rate: float = 1e-5
