@@ -817,6 +817,29 @@ def test_an_unchanged_recipe_is_not_stale_and_its_done_run_is_skipped(mine: tupl
     assert f"resume={run.run_dir}" in launcher.commands[0]
 
 
+def test_a_robolearn_run_annealing_its_learning_rate_is_stale_under_a_raised_budget(
+    mine: tuple[Path, Table], fake: Path
+) -> None:
+    """``algo.schedule: linear`` anneals over the budget the run started with: the same budget skips
+    the done run, a raised one refuses it (resumed, the rate would step up) naming why."""
+    out, table = mine
+    run = plan(table, out)[0]
+    config = _my_config(run.run_dir)
+    config["algo"]["schedule"] = "linear"
+    (run.run_dir / "config.json").write_text(json.dumps(config))
+    linear = _composing(schedule="linear")
+    assert schedule.recipe_differences(run, linear) == []
+    bigger = dataclasses.replace(table, entries=(dataclasses.replace(table.entries[0], env_steps=8192),))
+    grown = plan(bigger, out)[0]
+    assert [str(d) for d in schedule.recipe_differences(grown, linear) or []] == [
+        "total_env_steps: was 4096, now 8192 (algo.schedule: linear anneals the learning rate over the budget the "
+        "run started with: continued to another budget the rate jumps)"]
+    launcher = FakeLauncher(fake)
+    with pytest.raises(TableError, match=r"seed0 \(resume\): total_env_steps: was 4096, now 8192"):
+        run_benchmark(bigger, out, launcher=launcher, composed=linear)
+    assert launcher.commands == []
+
+
 def test_a_changed_recipe_value_is_stale_and_refused_before_anything_runs_or_is_written(
     mine: tuple[Path, Table], fake: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

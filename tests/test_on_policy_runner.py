@@ -27,10 +27,11 @@ TRAIN = textwrap.dedent(
     from robolearn.runners import OnPolicyRunner, RunnerConfig
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    run_dir, resume, pause = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3])
+    run_dir, resume, pause, lr_schedule = sys.argv[1], sys.argv[2] == "1", float(sys.argv[3]), sys.argv[4]
     env = robolearn.make("Cartpole-Balance", 8, seed=0, episode_length=40)
     eval_env = robolearn.make("Cartpole-Balance", 4, seed=100, episode_length=40)
-    agent = PPO(env.obs_dims, env.action_dim, PPOConfig(num_steps=16, actor_hidden=(32,), critic_hidden=(32,), seed=0))
+    agent = PPO(env.obs_dims, env.action_dim, PPOConfig(num_steps=16, actor_hidden=(32,), critic_hidden=(32,), seed=0,
+                                                        schedule=lr_schedule))
     cfg = RunnerConfig(total_env_steps=8 * 16 * 8, eval_interval=2, checkpoint_interval=1, video=False,
                        console=False, tensorboard=False)
     runner = OnPolicyRunner(env, agent, cfg, run_dir, eval_env=eval_env)
@@ -44,10 +45,10 @@ TRAIN = textwrap.dedent(
 )
 
 
-def _train(run_dir: Path, resume: bool = False, pause: float = 0.0) -> subprocess.Popen:
+def _train(run_dir: Path, resume: bool = False, pause: float = 0.0, lr_schedule: str = "adaptive") -> subprocess.Popen:
     script = run_dir.parent / "train_script.py"
     script.write_text(TRAIN)
-    return subprocess.Popen([sys.executable, str(script), str(run_dir), "1" if resume else "0", str(pause)])
+    return subprocess.Popen([sys.executable, str(script), str(run_dir), "1" if resume else "0", str(pause), lr_schedule])
 
 
 def _deterministic_rows(path: Path) -> list[dict[str, str]]:
@@ -121,12 +122,20 @@ def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path):
     assert all(torch.isfinite(v).all() for v in saved.values())
 
 
-def test_sigkill_and_resume_match_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("lr_schedule", ["adaptive", "linear"])
+def test_sigkill_and_resume_match_an_uninterrupted_run(tmp_path, lr_schedule):
+    """Rows after the resume equal the uninterrupted run's, the learning rate included: the adaptive
+    one comes back from the checkpoint, the linear one from the run's progress (8 updates:
+    ``learning_rate * (1 - k / 8)``)."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    full = _train(tmp_path / "a" / "run")
+    full = _train(tmp_path / "a" / "run", lr_schedule=lr_schedule)
     assert full.wait(timeout=300) == 0
-    victim = _train(tmp_path / "b" / "run", pause=0.3)
+    if lr_schedule == "linear":
+        with (tmp_path / "a" / "run" / "metrics.csv").open() as fh:
+            rates = [float(r["train/learning_rate"]) for r in csv.DictReader(fh)]
+        assert rates == pytest.approx([PPOConfig.learning_rate * (1 - k / 8) for k in range(8)], rel=1e-6)
+    victim = _train(tmp_path / "b" / "run", pause=0.3, lr_schedule=lr_schedule)
     ckpts = tmp_path / "b" / "run" / "checkpoints"
     deadline = time.time() + 240
     while time.time() < deadline and len(list(ckpts.glob("ckpt_*.pt"))) < 3:
@@ -135,7 +144,7 @@ def test_sigkill_and_resume_match_an_uninterrupted_run(tmp_path):
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL
     assert not (tmp_path / "b" / "run" / "summary.json").exists(), "the run was killed before it finished"
-    resumed = _train(tmp_path / "b" / "run", resume=True)
+    resumed = _train(tmp_path / "b" / "run", resume=True, lr_schedule=lr_schedule)
     assert resumed.wait(timeout=300) == 0
     expected = _deterministic_rows(tmp_path / "a" / "run" / "metrics.csv")
     got = _deterministic_rows(tmp_path / "b" / "run" / "metrics.csv")

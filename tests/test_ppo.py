@@ -203,6 +203,24 @@ def test_adaptive_schedule_moves_the_agent_learning_rate():
     assert fixed.update()["learning_rate"].item() == pytest.approx(1e-3)
 
 
+def test_linear_schedule_anneals_the_learning_rate_by_progress_and_the_others_ignore_it():
+    """``schedule: linear``: ``lr * (1 - fraction)`` from ``set_progress``, what Adam steps with and
+    what the update reports (hand values); the adaptive and fixed schedules are not moved by it."""
+    dims = {"policy": 3}
+    ppo = PPO(dims, 2, _small_cfg(learning_rate=1e-3, schedule="linear", desired_kl=1e-12))
+    for fraction, lr in ((0.0, 1e-3), (0.25, 7.5e-4), (0.9, 1e-4)):
+        ppo.set_progress(fraction)
+        _fake_rollout(ppo, dims)
+        assert ppo.update()["learning_rate"].item() == pytest.approx(lr, rel=1e-6)  # the KL rule not applied
+        assert ppo.optimizer.param_groups[0]["lr"] is ppo.learning_rate
+    ppo.set_progress(1.5)  # past the budget (never asked by the runner): no negative rate
+    assert ppo.learning_rate.item() == 0.0
+    for name in ("fixed", "adaptive"):
+        other = PPO(dims, 2, _small_cfg(learning_rate=1e-3, schedule=name))
+        other.set_progress(0.5)
+        assert other.learning_rate.item() == pytest.approx(1e-3), name
+
+
 def test_update_returns_tensors_and_gradients_are_isolated():
     dims = {"policy": 3}
     ppo = PPO(dims, 2, _small_cfg())
