@@ -62,16 +62,14 @@ ENTRY_IDS: list[str] = [f"{name}/{e.id}" for name, e in ENTRIES]
 """Test ids: ``<table file>/<entry id>`` (``table/hopper_ppo``, ``robots/quadrotor_hover_ppo``)."""
 
 BUDGET_EXCEPTIONS: dict[tuple[str, str], int] = {
-    ("table", "cartpole_swingup_ppo"): 2_500_000,
     ("robots", "quadrotor_hover_ppo"): 6_000_000,
     ("robots", "quadrotor_track_ppo"): 6_000_000,
 }
 """Entries whose table budget is not the recipe's ``total_env_steps`` (the recipe's value): the
-cart-pole swing-up recipe states its own 2.5M, the table runs 1M; the quadrotor recipes 6M, the
-robots table 4M (each table's comments say why)."""
+quadrotor recipes state 6M, the robots table runs 4M (its comments say why)."""
 
 EARLIER_RECIPES: frozenset[str] = frozenset(
-    {"cartpole_ppo", "cartpole_sac", "cartpole_swingup_ppo", "quadrotor_hover", "quadrotor_track", "quadruped_flat"}
+    {"cartpole_ppo", "cartpole_sac", "quadrotor_hover", "quadrotor_track", "quadruped_flat"}
 )
 """Recipes older than the tables, with their own evaluation cadence (6-9 evaluations per table budget,
 the quadrotors' 18); the table's own recipes evaluate 10-20 times per run."""
