@@ -34,7 +34,9 @@ def _timed_updates(shape: dict, fused: bool, reps: int) -> list[float]:
     env = robolearn.make("Cartpole-Swingup", shape["num_envs"], seed=0)
     agent = PPO(env.obs_dims, env.action_dim, PPOConfig(seed=0, **shape["cfg"]))
     if not fused:
-        agent.optimizer = torch.optim.Adam(agent._trained, lr=agent.learning_rate, foreach=False)
+        # The same parameters and lr tensor, stepped one tensor at a time.
+        agent.optimizer = torch.optim.Adam(agent.optimizer.param_groups[0]["params"], lr=agent.learning_rate,
+                                           foreach=False)
     obs, _ = env.reset(seed=0)
     times = []
     for _ in range(reps + 1):  # the first update warms up
