@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 17's 16-core target for the robot tasks' table (configs/benchmark/robots.yaml, sized for a 16-core
+# machine): its own command, `robolearn benchmark run table=robots jobs=16`, run on the lent machine for
+# BUDGET seconds and then interrupted (SIGINT: each run checkpoints, as an interrupted table does). A lease
+# is shorter than the table (~45 min projected), so what comes back is each run's training curve so far:
+# benchmarks/table_16core_project.py --table robots extrapolates every run to its budget and simulates the
+# table's wall-clock at jobs=16. Runs that finish inside BUDGET come back whole (summary.json).
+#   bash benchmarks/robots_16core.sh                     # on the device, carry .whl (see table_16core.sh)
+#   LOCAL=1 BUDGET=40 JOBS=2 OUT=/tmp/o bash benchmarks/robots_16core.sh   # a quick local check
+set -uo pipefail
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+PY=${PY:-python3}
+BUDGET=${BUDGET:-400}
+JOBS=${JOBS:-16}
+WORK=${WORK:-/tmp/r16}
+if [ -z "${LOCAL:-}" ]; then
+  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/rl . >/dev/null 2>&1 || exit 1
+  export PYTHONPATH=/tmp/rl:/tmp/site
+  # imageio-ffmpeg only writes videos, which no benchmark run does (see table_16core.sh)
+  if ! $PY -c "import imageio_ffmpeg" 2>/dev/null; then
+    mkdir -p /tmp/shim/imageio_ffmpeg && echo '"""absent: no videos in this measurement"""' > /tmp/shim/imageio_ffmpeg/__init__.py
+    export PYTHONPATH=$PYTHONPATH:/tmp/shim
+  fi
+fi
+mkdir -p "$OUT"
+{ nproc --all; lscpu | grep -E "Model name|Thread|Core|Socket|MHz"; $PY -c "import mujoco, torch, stable_baselines3 as s; print('mujoco', mujoco.__version__, 'torch', torch.__version__, 'sb3', s.__version__)"; } | tee "$OUT/machine.txt"
+rm -rf "$WORK"; mkdir -p "$WORK"
+cd /tmp  # not the checkout: its robolearn/ has no configs/ (the installed package maps them in)
+timeout -k 40 -s INT "$BUDGET" $PY -m robolearn.cli benchmark run table=robots out="$WORK/robots" jobs="$JOBS" \
+  > "$WORK/benchmark.log" 2>&1 &
+sleep 90; { date; uptime; } | tee -a "$OUT/machine.txt"
+wait
+sleep 3
+# metrics, summaries and logs only (no checkpoints): what the projection reads
+cd "$WORK" && find . -name metrics.csv -o -name summary.json -o -name runs.jsonl -o -name config.json -o -name "*.log" \
+  | tar czf "$OUT/runs.tgz" -T -
+tail -40 "$WORK/benchmark.log"
+ls -la "$OUT"
