@@ -12,11 +12,10 @@ import torch
 from robolearn.types import Transition
 
 
-def ppo_iteration(agent: Any, env: Any, obs: dict[str, torch.Tensor], num_steps: int,
-                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """``num_steps`` steps of every world (each stored with the pre-reset observation of ended
-    worlds), the returns, then the update (PPO, ReinFlow, DPPO); the next observation and the
-    update's stats.
+def collect(agent: Any, env: Any, obs: dict[str, torch.Tensor], num_steps: int) -> dict[str, torch.Tensor]:
+    """``num_steps`` steps of every world into the agent's rollout (each stored with the pre-reset
+    observation of ended worlds), then the returns; the next observation. The update is the caller's
+    (a benchmark that times it alone, or :func:`ppo_iteration`).
     """
     for _ in range(num_steps):
         action = agent.act(obs)
@@ -24,4 +23,13 @@ def ppo_iteration(agent: Any, env: Any, obs: dict[str, torch.Tensor], num_steps:
         agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
         obs = next_obs
     agent.compute_returns(obs)
+    return obs
+
+
+def ppo_iteration(agent: Any, env: Any, obs: dict[str, torch.Tensor], num_steps: int,
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One on-policy iteration (PPO, ReinFlow, DPPO): :func:`collect`, then the update; the next
+    observation and the update's stats.
+    """
+    obs = collect(agent, env, obs, num_steps)
     return obs, agent.update()

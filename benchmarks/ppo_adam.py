@@ -13,13 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 import robolearn
 from robolearn.algos import PPO, PPOConfig
-from robolearn.types import Transition
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onpolicy import collect  # noqa: E402  (the benchmarks folder is not a package)
 
 SHAPES = {
     "64x64, 10x32 minibatches of 64": dict(
@@ -40,12 +44,7 @@ def _timed_updates(shape: dict, fused: bool, reps: int) -> list[float]:
     obs, _ = env.reset(seed=0)
     times = []
     for _ in range(reps + 1):  # the first update warms up
-        for _ in range(agent.cfg.num_steps):
-            action = agent.act(obs)
-            nxt, reward, terminated, truncated, info = env.step(action)
-            agent.process(Transition(obs, action, reward, info["final_obs"], terminated, truncated))
-            obs = nxt
-        agent.compute_returns(obs)
+        obs = collect(agent, env, obs, agent.cfg.num_steps)
         start = time.perf_counter()
         agent.update()
         times.append(time.perf_counter() - start)

@@ -5,13 +5,17 @@ minibatches, 256x3 ELU) with eager vs compiled actor/critic modules, interleaved
 """
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 import robolearn
 from robolearn.algos import PPO, PPOConfig
-from robolearn.types import Transition
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onpolicy import collect  # noqa: E402  (the benchmarks folder is not a package)
 
 torch.set_num_threads(2)
 env = robolearn.make("HalfCheetah", 64, seed=0)
@@ -23,13 +27,7 @@ def make(compiled):
         a.critic = torch.compile(a.critic)
     return a
 def rollout_update(a):
-    obs = env.obs
-    for _ in range(a.cfg.num_steps):
-        act = a.act(obs)
-        nobs, r, te, tr, info = env.step(act)
-        a.process(Transition(obs, act, r, info["final_obs"], te, tr))
-        obs = nobs
-    a.compute_returns(obs)
+    collect(a, env, env.obs, a.cfg.num_steps)
     t = time.perf_counter()
     a.update()
     return time.perf_counter() - t
