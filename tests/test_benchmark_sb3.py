@@ -327,7 +327,9 @@ def test_bad_input_fails_before_writing(
     assert not out.exists()
 
 
-def test_ppo_resume_restores_vecnormalize_statistics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ppo_resume_restores_vecnormalize_statistics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "ppo"
     argv = _argv(out, "ppo", PPO_TINY, 192, 64, "--normalize")
     real_checkpoint = sb3_run.SB3Run.checkpoint
@@ -340,8 +342,8 @@ def test_ppo_resume_restores_vecnormalize_statistics(tmp_path: Path, monkeypatch
             raise KeyboardInterrupt  # as a scheduler's Ctrl-C would, after a complete checkpoint
 
     monkeypatch.setattr(sb3_run.SB3Run, "checkpoint", crash_after_second)
-    with pytest.raises(KeyboardInterrupt):
-        sb3_run.main(argv)
+    assert sb3_run.main(argv) == 130  # stopped, as a robolearn run that checkpointed exits
+    assert f"resumes from the last checkpoint ({out / sb3_run.CHECKPOINT})" in capsys.readouterr().err
     monkeypatch.setattr(sb3_run.SB3Run, "checkpoint", real_checkpoint)
     restored: list[tuple[float, int]] = []
     real_init = sb3_run.SB3Run.__init__

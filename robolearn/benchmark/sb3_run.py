@@ -667,8 +667,12 @@ def run(spec: RunSpec) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: 0 when the run finished (or was already done), 2 on bad input."""
+    """Entry point: 0 when the run finished (or was already done), 2 on bad input, 130 when interrupted
+    (Ctrl-C, or the SIGINT ``robolearn benchmark`` forwards): the run keeps its last checkpoint, and the
+    same command resumes from it, as a robolearn run does.
+    """
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    spec = None
     try:
         spec = parse_args(argv)
         t0 = time.perf_counter()
@@ -676,6 +680,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunError as err:
         sys.stderr.write(f"sb3_run: error: {err}\n")
         return 2
+    except KeyboardInterrupt:
+        # SB3's learn() has no stop hook: the interrupt lands wherever it is (a rollout, a backward), so
+        # the progress since the last evaluation's checkpoint is dropped; that checkpoint is whole
+        # (written to a temporary folder and swapped in), so the same command resumes from it.
+        where = spec.out / CHECKPOINT if spec is not None else "its run directory"
+        sys.stderr.write(f"sb3_run: interrupted; the same command resumes from the last checkpoint ({where})\n")
+        return 130
     sys.stdout.write(
         f"sb3_run: {spec.lib} {spec.algo} {spec.task} seed {spec.seed}: {summary['env_steps']} env steps, "
         f"final eval {summary['final_eval_return']:.1f} (best {summary['best_eval_return']:.1f}), "
