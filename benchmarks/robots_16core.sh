@@ -13,16 +13,7 @@ PY=${PY:-python3}
 BUDGET=${BUDGET:-400}
 JOBS=${JOBS:-16}
 WORK=${WORK:-/tmp/r16}
-if [ -z "${LOCAL:-}" ]; then
-  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/rl . >/dev/null 2>&1 || exit 1
-  export PYTHONPATH=/tmp/rl:/tmp/site
-  # imageio-ffmpeg only writes videos, which no benchmark run does (see table_16core.sh)
-  if ! $PY -c "import imageio_ffmpeg" 2>/dev/null; then
-    mkdir -p /tmp/shim/imageio_ffmpeg && echo '"""absent: no videos in this measurement"""' > /tmp/shim/imageio_ffmpeg/__init__.py
-    export PYTHONPATH=$PYTHONPATH:/tmp/shim
-  fi
-fi
+source benchmarks/device_env.sh  # the carried wheels and robolearn, unless LOCAL
 mkdir -p "$OUT"
 { nproc --all; lscpu | grep -E "Model name|Thread|Core|Socket|MHz"; $PY -c "import mujoco, torch, stable_baselines3 as s; print('mujoco', mujoco.__version__, 'torch', torch.__version__, 'sb3', s.__version__)"; } | tee "$OUT/machine.txt"
 rm -rf "$WORK"; mkdir -p "$WORK"

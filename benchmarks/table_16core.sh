@@ -21,17 +21,7 @@ REPO=$(pwd)
 PY=${PY:-python3}
 BUDGET=${BUDGET:-450}
 WORK=${WORK:-/tmp/t16}
-if [ -z "${LOCAL:-}" ]; then
-  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/rl . >/dev/null 2>&1 || exit 1
-  export PYTHONPATH=/tmp/rl:/tmp/site
-  # imageio-ffmpeg (its wheel holds an ffmpeg binary, over the carry limit beside the others) is only used to
-  # write videos, which no benchmark run does: an empty module stands in for it there
-  if ! $PY -c "import imageio_ffmpeg" 2>/dev/null; then
-    mkdir -p /tmp/shim/imageio_ffmpeg && echo '"""absent: no videos in this measurement"""' > /tmp/shim/imageio_ffmpeg/__init__.py
-    export PYTHONPATH=$PYTHONPATH:/tmp/shim
-  fi
-fi
+source benchmarks/device_env.sh  # the carried wheels and robolearn, unless LOCAL
 # Calibration pairs first (their times on the finished table are known), then the pairs the table had not
 # yet run when this was measured (their full-run time comes from the measured rate alone).
 PAIRS=(

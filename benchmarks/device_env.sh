@@ -1,0 +1,15 @@
+# Sourced by the scripts that run robolearn on a lent device machine (table_16core.sh, robots_16core.sh),
+# from the repository root: installs the carried wheels (.whl, git-ignored; the list and how to fetch
+# them: table_16core.sh) and robolearn itself under /tmp, and puts them on PYTHONPATH. With LOCAL set
+# (a quick check on this machine) it does nothing: the venv has everything.
+if [ -z "${LOCAL:-}" ]; then
+  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/rl . >/dev/null 2>&1 || exit 1
+  export PYTHONPATH=/tmp/rl:/tmp/site
+  # imageio-ffmpeg (its wheel holds an ffmpeg binary, over the carry limit beside the others) is only used to
+  # write videos, which no benchmark run does: an empty module stands in for it there
+  if ! ${PY:-python3} -c "import imageio_ffmpeg" 2>/dev/null; then
+    mkdir -p /tmp/shim/imageio_ffmpeg && echo '"""absent: no videos in this measurement"""' > /tmp/shim/imageio_ffmpeg/__init__.py
+    export PYTHONPATH=$PYTHONPATH:/tmp/shim
+  fi
+fi
