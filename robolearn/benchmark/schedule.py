@@ -90,8 +90,8 @@ SB3_CHECKPOINT = "sb3_checkpoint"
 """Folder of an SB3 run's checkpoint (written by :mod:`robolearn.benchmark.sb3_run`)."""
 STOPPED_CODES: tuple[int, ...] = (130, -signal.SIGINT, -signal.SIGKILL)
 """Exit statuses of a run stopped by the signals :class:`_Signals` forwards: 130 (robolearn after its
-checkpoint; SB3's runner, which keeps its last evaluation's checkpoint), killed by SIGINT (a run still
-starting up, before its handler), killed by SIGKILL (the third signal)."""
+checkpoint; SB3's runner, which keeps its last evaluation's checkpoint), killed by SIGINT (a run interrupted
+while still importing, before it can catch it), killed by SIGKILL (the third signal)."""
 THREAD_ENV: dict[str, str] = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 """Environment of every run: one thread each, so ``jobs`` runs share the cores evenly."""
 
