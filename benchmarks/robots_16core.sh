@@ -15,7 +15,7 @@ JOBS=${JOBS:-16}
 WORK=${WORK:-/tmp/r16}
 source benchmarks/device_env.sh  # the carried wheels and robolearn, unless LOCAL
 mkdir -p "$OUT"
-{ nproc --all; lscpu | grep -E "Model name|Thread|Core|Socket|MHz"; $PY -c "import mujoco, torch, stable_baselines3 as s; print('mujoco', mujoco.__version__, 'torch', torch.__version__, 'sb3', s.__version__)"; } | tee "$OUT/machine.txt"
+machine_info
 rm -rf "$WORK"; mkdir -p "$WORK"
 cd /tmp  # not the checkout: its robolearn/ has no configs/ (the installed package maps them in)
 timeout -k 40 -s INT "$BUDGET" $PY -m robolearn.cli benchmark run table=robots out="$WORK/robots" jobs="$JOBS" \
@@ -23,8 +23,6 @@ timeout -k 40 -s INT "$BUDGET" $PY -m robolearn.cli benchmark run table=robots o
 sleep 90; { date; uptime; } | tee -a "$OUT/machine.txt"
 wait
 sleep 3
-# metrics, summaries and logs only (no checkpoints): what the projection reads
-cd "$WORK" && find . -name metrics.csv -o -name summary.json -o -name runs.jsonl -o -name config.json -o -name "*.log" \
-  | tar czf "$OUT/runs.tgz" -T -
+pack_runs
 tail -40 "$WORK/benchmark.log"
 ls -la "$OUT"

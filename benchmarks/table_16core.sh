@@ -17,7 +17,6 @@
 #   LOCAL=1 BUDGET=30 SLOTS=2 OUT=/tmp/o bash benchmarks/table_16core.sh   # a quick local check
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-REPO=$(pwd)
 PY=${PY:-python3}
 BUDGET=${BUDGET:-450}
 WORK=${WORK:-/tmp/t16}
@@ -32,7 +31,7 @@ PAIRS=(
   walker2d_sac:sb3_default
 )
 SLOTS=${SLOTS:-${#PAIRS[@]}}
-{ nproc; lscpu | grep -E "Model name|Thread|Core|Socket|MHz" ; $PY -c "import mujoco, torch, stable_baselines3 as s; print('mujoco', mujoco.__version__, 'torch', torch.__version__, 'sb3', s.__version__)"; } | tee "$OUT/machine.txt"
+machine_info
 rm -rf "$WORK"; mkdir -p "$WORK"
 cd /tmp  # not the checkout: its robolearn/ has no configs/ (the installed package maps them in)
 for ((i = 0; i < SLOTS; i++)); do
@@ -43,7 +42,5 @@ done
 sleep 60; uptime | tee -a "$OUT/machine.txt"
 wait
 sleep 5
-# metrics, summaries and logs only (no checkpoints): what the projection reads
-cd "$WORK" && find . -name metrics.csv -o -name summary.json -o -name runs.jsonl -o -name benchmark.log -o -name "*.log" \
-  | tar czf "$OUT/runs.tgz" -T -
+pack_runs
 ls -la "$OUT"

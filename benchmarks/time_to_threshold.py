@@ -85,7 +85,8 @@ class Recipe:
 
     The defaults are the recipe chosen for ``Cartpole-Swingup`` after single-seed trials
     (BENCHMARKS.md; ``configs/experiment/cartpole_swingup_ppo.yaml`` was the same for ``robolearn
-    train`` until session 22, when the recipe moved to SB3's update ratio with a linear schedule). ``reward_scale`` multiplies the training reward only; evaluation is on the task's own.
+    train`` until session 22, when the recipe moved to SB3's update ratio with a linear schedule).
+    ``reward_scale`` multiplies the training reward only; evaluation is on the task's own.
     """
 
     num_envs: int = 64
