@@ -13,17 +13,19 @@ import argparse
 import json
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
 
 from robolearn.sim2real.robots.base import Reading
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
-from robolearn.sim2real.ros.common import Topics
+from robolearn.sim2real.ros.common import Topics, robot_node_transport
 from robolearn.sim2real.ros.node_common import RobotNode, TickPublisher, add_robot_arguments
 
 LOG = logging.getLogger("robolearn.tests.robot_node_publisher")
@@ -207,3 +209,68 @@ def test_tick_publisher_logs_a_failed_publish_and_goes_on(caplog: pytest.LogCapt
 def test_tick_publisher_refuses_a_bad_capacity(capacity: Any) -> None:
     with pytest.raises(ValueError, match=rf"capacity: expected an integer >= 1, got {capacity!r}"):
         TickPublisher(GatedTransport(), LOG, "robot", capacity=capacity)
+
+
+# --- the robot node's Fast DDS transport (common.robot_node_transport) --------------------------
+# The publishing thread cannot help when rclpy's publish itself blocks with the GIL held: a
+# shared-memory write towards a reader that just died can wait ~1 s (CI saw the 1.0 s hold again
+# after the publishing thread landed, with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, where
+# rmw_fastrtps adds its shared-memory transport and ignores FASTDDS_BUILTIN_TRANSPORTS).
+# tests/test_ros2.py checks the running node maps no shared-memory segment.
+
+
+def _peers(profile: str) -> list[str]:
+    """The initial peers' addresses of a profile, parsed as Fast DDS would read the XML."""
+    root = ElementTree.fromstring(profile)
+    ns = {"f": "http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles"}
+    participant = root.find("f:participant", ns)
+    assert participant is not None and participant.get("is_default_profile") == "true"
+    assert participant.findtext("f:rtps/f:useBuiltinTransports", namespaces=ns) == "false"
+    transport_id = participant.findtext("f:rtps/f:userTransports/f:transport_id", namespaces=ns)
+    descriptors = root.findall("f:transport_descriptors/f:transport_descriptor", ns)
+    assert [(d.findtext("f:transport_id", namespaces=ns), d.findtext("f:type", namespaces=ns)) for d in descriptors] \
+        == [(transport_id, "UDPv4")]  # UDP alone: no SHM descriptor
+    # no multicast listening: a unicast metatraffic locator replaces the default multicast one
+    assert participant.find("f:rtps/f:builtin/f:metatrafficUnicastLocatorList/f:locator/f:udpv4", ns) is not None
+    return [a.text for a in participant.findall("f:rtps/f:builtin/f:initialPeersList/f:locator/f:udpv4/f:address", ns)]
+
+
+def test_localhost_range_becomes_a_udp_profile_with_the_same_peers() -> None:
+    t = robot_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_DOMAIN_ID": "7"})
+    assert t.environ == {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"}
+    assert t.profile is not None and _peers(t.profile) == ["127.0.0.1"]
+    assert not t.shared_memory and "localhost discovery" in t.summary
+    # ROS_STATIC_PEERS are peers in that range too: resolved, deduplicated, in order
+    t = robot_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+                              "ROS_STATIC_PEERS": "10.1.2.3; 127.0.0.1;;10.1.2.3;192.168.0.9"})
+    assert t.profile is not None and _peers(t.profile) == ["127.0.0.1", "10.1.2.3", "192.168.0.9"]
+
+
+def test_an_unresolvable_static_peer_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unresolvable(host: str) -> str:  # no DNS on a test machine: its failure, as socket raises it
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "gethostbyname", unresolvable)
+    with pytest.raises(ValueError, match=r"ROS_STATIC_PEERS: cannot resolve 'robot-pc'"):
+        robot_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_STATIC_PEERS": "robot-pc"})
+
+
+@pytest.mark.parametrize(("environ", "expected", "shared_memory"), [
+    ({}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),
+    # a profile that sets no transports (the camera buffers) keeps the built-in UDP choice
+    ({"FASTDDS_DEFAULT_PROFILES_FILE": "/etc/buffers.xml"}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),
+    # the user's choice stands, and the flag says whether it includes shared memory
+    ({"FASTDDS_BUILTIN_TRANSPORTS": "SHM"}, {}, True),
+    ({"FASTDDS_BUILTIN_TRANSPORTS": "large_data?max_msg_size=1MB"}, {}, True),
+    ({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, {}, False),
+    # LOCALHOST with the user's transports or profile: rmw_fastrtps's own SHM + UDP, said so
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, {}, True),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/mine.xml"}, {}, True),
+])
+def test_transport_choice_outside_the_localhost_translation(environ: dict[str, str], expected: dict[str, str],
+                                                             shared_memory: bool) -> None:
+    t = robot_node_transport(environ)
+    assert (t.environ, t.profile, t.shared_memory) == (expected, None, shared_memory)
+    if shared_memory and environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") == "LOCALHOST":
+        assert "shared-memory transport stays" in t.summary

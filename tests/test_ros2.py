@@ -136,8 +136,21 @@ def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(scenario: dict) ->
     print(f"\nhold {latency if latency is None else round(latency * 1e3, 1)} ms after the policy's SIGKILL; "
           f"the robot's last command {scenario['last_command_after_kill_s']} s after it; "
           f"{scenario.get('robot_dropped_ticks')} ticks dropped unpublished by then")
-    assert latency is not None and 0.05 < latency < 0.3, _logs(scenario, "policy_a.log", "robot_a.log")
+    context = (f"dropped ticks {scenario.get('robot_dropped_ticks')}, the robot's shared-memory segments "
+               f"{scenario.get('robot_shm_segments')}\n")
+    assert latency is not None and 0.05 < latency < 0.3, context + _logs(scenario, "policy_a.log", "robot_a.log")
     assert scenario["second_policy_ran"]  # --robot from-topic: the latched description
+
+
+def test_the_robot_node_keeps_off_fast_dds_shared_memory(scenario: dict) -> None:
+    """Under the scenario's ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` rmw_fastrtps would add its
+    shared-memory transport (ignoring ``FASTDDS_BUILTIN_TRANSPORTS``), where a write towards the
+    killed policy's segment can stall the robot's publish, and its watchdog, ~1 s with the GIL held
+    (``common.robot_node_transport``): the robot's process maps no Fast DDS segment, and still
+    talks to every peer (the balance and kill tests)."""
+    assert scenario["robot_shm_segments"] == [], scenario["robot_shm_segments"]
+    assert "Fast DDS over UDP with localhost discovery (peers 127.0.0.1;" in (scenario["robot_transport"] or ""), \
+        scenario["robot_transport"]
 
 
 def test_killing_the_robot_makes_the_policy_stale_then_lost_and_silent(scenario: dict) -> None:

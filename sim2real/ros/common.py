@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -73,6 +74,107 @@ loopback: 0-6 of 60 frames arrived; with 4 MiB buffers 59-60 of 60, ``benchmarks
 The profile is ignored under ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (rmw_fastrtps then sets up
 its own transport: 1 of 60 arrived); use ``ROS_LOCALHOST_ONLY=1`` or a private network instead. The
 kernel caps the size at ``net.core.rmem_max``. Small frames (84x84 is 21 KiB) need none of this."""
+
+
+FASTDDS_LOOPBACK_UDP_XML = """<?xml version="1.0" encoding="UTF-8" ?>
+<profiles xmlns="http://www.eprosima.com/XMLSchemas/fastRTPS_Profiles">
+  <transport_descriptors>
+    <transport_descriptor>
+      <transport_id>robolearn_udp</transport_id>
+      <type>UDPv4</type>
+      <maxInitialPeersRange>32</maxInitialPeersRange>
+    </transport_descriptor>
+  </transport_descriptors>
+  <participant profile_name="robolearn_udp_localhost" is_default_profile="true">
+    <rtps>
+      <builtin>
+        <metatrafficUnicastLocatorList><locator><udpv4/></locator></metatrafficUnicastLocatorList>
+        <initialPeersList>{peers}</initialPeersList>
+      </builtin>
+      <userTransports><transport_id>robolearn_udp</transport_id></userTransports>
+      <useBuiltinTransports>false</useBuiltinTransports>
+    </rtps>
+  </participant>
+</profiles>
+"""
+"""A Fast DDS profile (``str.format(peers=<locator> elements)``) with what
+``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` asks of rmw_fastrtps (no multicast listening, 127.0.0.1
+and ``ROS_STATIC_PEERS`` as the initial peers, 32 participants per host) over UDP alone:
+rmw_fastrtps adds its own shared-memory transport in that range and ignores
+``FASTDDS_BUILTIN_TRANSPORTS`` (:func:`robot_node_transport` says why that matters)."""
+
+SHARED_MEMORY_BUILTIN_TRANSPORTS = frozenset({"DEFAULT", "DEFAULTV6", "SHM", "LARGE_DATA", "LARGE_DATAV6"})
+"""``FASTDDS_BUILTIN_TRANSPORTS`` values (upper case, options after ``?`` dropped) that include
+Fast DDS's shared-memory transport."""
+
+
+@dataclass(frozen=True)
+class NodeTransport:
+    """How a robot node's Fast DDS participant is set up (:func:`robot_node_transport`)."""
+
+    environ: dict[str, str]
+    """Variables to set before rclpy starts."""
+    profile: str | None
+    """A profile XML to write to a file named by ``FASTDDS_DEFAULT_PROFILES_FILE`` (Fast DDS 3) and
+    ``FASTRTPS_DEFAULT_PROFILES_FILE`` (Fast DDS 2), or ``None``."""
+    summary: str
+    """One line for the node's log."""
+    shared_memory: bool
+    """Whether the participant may still use Fast DDS's shared-memory transport."""
+
+
+def robot_node_transport(environ: Mapping[str, str]) -> NodeTransport:
+    """Keep a robot node off Fast DDS's shared-memory transport wherever the user left the choice to us.
+
+    Why: a shared-memory write towards a reader whose process just died can wait about a second
+    (the port health check) inside ``rcl_publish``, and rclpy keeps the GIL there, so the node's
+    stepping thread and its watchdog stall with it: a robot held 1.0 s instead of 0.1 s after its
+    policy's SIGKILL (twice in CI). A real robot's watchdog lives in its driver; this one lives in
+    the node's process and must not depend on a peer. Over UDP a write to a dead reader never waits.
+
+    - ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``: rmw_fastrtps then builds its own transports
+      (shared memory and UDP) and ignores ``FASTDDS_BUILTIN_TRANSPORTS``, so the range becomes
+      ``SYSTEM_DEFAULT`` with :data:`FASTDDS_LOOPBACK_UDP_XML` as the default profile, which
+      discovers the same peers (127.0.0.1 and ``ROS_STATIC_PEERS``) over UDP. Where the user set
+      ``FASTDDS_BUILTIN_TRANSPORTS`` or a profile file (``FASTDDS_DEFAULT_PROFILES_FILE`` /
+      ``FASTRTPS_DEFAULT_PROFILES_FILE``, which cannot be merged with it), nothing changes and the
+      summary says the shared-memory transport stays.
+    - otherwise: ``FASTDDS_BUILTIN_TRANSPORTS=UDPv4`` unless the user set it.
+
+    Raises ``ValueError`` naming ``ROS_STATIC_PEERS`` when one of its hosts does not resolve.
+    """
+    user = environ.get("FASTDDS_BUILTIN_TRANSPORTS")
+    localhost = environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") == "LOCALHOST"
+    stays = "rmw_fastrtps's shared-memory transport stays (a dead reader can stall a publish ~1 s, the watchdog with it)"
+    if localhost and user:
+        return NodeTransport({}, None, f"ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, where rmw_fastrtps ignores "
+                             f"FASTDDS_BUILTIN_TRANSPORTS={user}: {stays}", shared_memory=True)
+    if user:
+        kind = user.split("?", 1)[0].strip().upper()
+        return NodeTransport({}, None, f"Fast DDS transports from FASTDDS_BUILTIN_TRANSPORTS={user}",
+                             shared_memory=kind in SHARED_MEMORY_BUILTIN_TRANSPORTS)
+    if not localhost:
+        return NodeTransport({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, None,
+                             "Fast DDS over UDP (FASTDDS_BUILTIN_TRANSPORTS=UDPv4)", shared_memory=False)
+    profile_file = environ.get("FASTDDS_DEFAULT_PROFILES_FILE") or environ.get("FASTRTPS_DEFAULT_PROFILES_FILE")
+    if profile_file:
+        return NodeTransport({}, None, f"ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST with the profile {profile_file}: "
+                             f"{stays}", shared_memory=True)
+    peers = ["127.0.0.1"]
+    for host in filter(None, (h.strip() for h in environ.get("ROS_STATIC_PEERS", "").split(";"))):
+        try:
+            address = socket.gethostbyname(host)
+        except OSError as exc:
+            raise ValueError(f"ROS_STATIC_PEERS: cannot resolve {host!r} ({exc}); expected host names or "
+                             "IPv4 addresses separated by ';'") from None
+        if address not in peers:
+            peers.append(address)
+    locators = "".join(f"<locator><udpv4><address>{a}</address></udpv4></locator>" for a in peers)
+    return NodeTransport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"},
+                         FASTDDS_LOOPBACK_UDP_XML.format(peers=locators),
+                         f"Fast DDS over UDP with localhost discovery (peers {', '.join(peers)}; "
+                         "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST without its shared-memory transport)",
+                         shared_memory=False)
 
 
 class MalformedMessage(ValueError):

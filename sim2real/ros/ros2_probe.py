@@ -57,6 +57,15 @@ POLICY = "robolearn.sim2real.ros.ros2_policy_node"
 ROBOT = "robolearn.sim2real.ros.ros2_robot_node"
 
 
+def _shm_segments(pid: int) -> list[str] | None:
+    """The Fast DDS shared-memory files process ``pid`` has mapped (``None``: its maps unreadable)."""
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:
+        return None
+    return sorted({line.split()[-1] for line in lines if "/dev/shm/fastdds" in line})
+
+
 def _node(module: str, *args: str, log: Path) -> subprocess.Popen:
     """Start ``python -m module args`` in this interpreter, its output in ``log``."""
     fh = open(log, "w")  # noqa: SIM115 - the child owns it until it ends
@@ -163,6 +172,11 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
         if not _wait(lambda: w.state_sub.get_publisher_count() > 0, 90):
             out["error"] = "phase A: the probe never matched the robot's joint_states publisher"
             return
+        # Fast DDS's shared-memory segments the robot's process has mapped (robot_node_transport
+        # keeps it on UDP: a dead reader's segment can stall its publish, and its watchdog, ~1 s)
+        out["robot_shm_segments"] = _shm_segments(robot.pid)
+        out["robot_transport"] = next((line.split(": ", 1)[-1] for line in (work / "robot_a.log").read_text().splitlines()
+                                       if "Fast DDS" in line), None)
         gate = node.create_subscription(JointState, f"{ns}/joint_states", lambda m: None, 10)
         if not _wait(lambda: len(w.commands) > 0, 90):
             out["error"] = "phase A: no command within 90 s"
