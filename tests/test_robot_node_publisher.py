@@ -25,7 +25,7 @@ import pytest
 
 from robolearn.sim2real.robots.base import Reading
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
-from robolearn.sim2real.ros.common import Topics, robot_node_transport
+from robolearn.sim2real.ros.common import Topics, control_node_transport
 from robolearn.sim2real.ros.node_common import RobotNode, TickPublisher, add_robot_arguments
 
 LOG = logging.getLogger("robolearn.tests.robot_node_publisher")
@@ -211,7 +211,7 @@ def test_tick_publisher_refuses_a_bad_capacity(capacity: Any) -> None:
         TickPublisher(GatedTransport(), LOG, "robot", capacity=capacity)
 
 
-# --- the robot node's Fast DDS transport (common.robot_node_transport) --------------------------
+# --- the robot node's Fast DDS transport (common.control_node_transport) --------------------------
 # The publishing thread cannot help when rclpy's publish itself blocks with the GIL held: a
 # shared-memory write towards a reader that just died can wait ~1 s (CI saw the 1.0 s hold again
 # after the publishing thread landed, with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, where
@@ -236,12 +236,12 @@ def _peers(profile: str) -> list[str]:
 
 
 def test_localhost_range_becomes_a_udp_profile_with_the_same_peers() -> None:
-    t = robot_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_DOMAIN_ID": "7"})
+    t = control_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_DOMAIN_ID": "7"})
     assert t.environ == {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"}
     assert t.profile is not None and _peers(t.profile) == ["127.0.0.1"]
     assert not t.shared_memory and "localhost discovery" in t.summary
     # ROS_STATIC_PEERS are peers in that range too: resolved, deduplicated, in order
-    t = robot_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+    t = control_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
                               "ROS_STATIC_PEERS": "10.1.2.3; 127.0.0.1;;10.1.2.3;192.168.0.9"})
     assert t.profile is not None and _peers(t.profile) == ["127.0.0.1", "10.1.2.3", "192.168.0.9"]
 
@@ -252,7 +252,7 @@ def test_an_unresolvable_static_peer_is_named(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(socket, "gethostbyname", unresolvable)
     with pytest.raises(ValueError, match=r"ROS_STATIC_PEERS: cannot resolve 'robot-pc'"):
-        robot_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_STATIC_PEERS": "robot-pc"})
+        control_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_STATIC_PEERS": "robot-pc"})
 
 
 @pytest.mark.parametrize(("environ", "expected", "shared_memory"), [
@@ -270,7 +270,7 @@ def test_an_unresolvable_static_peer_is_named(monkeypatch: pytest.MonkeyPatch) -
 ])
 def test_transport_choice_outside_the_localhost_translation(environ: dict[str, str], expected: dict[str, str],
                                                              shared_memory: bool) -> None:
-    t = robot_node_transport(environ)
+    t = control_node_transport(environ)
     assert (t.environ, t.profile, t.shared_memory) == (expected, None, shared_memory)
     if shared_memory and environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") == "LOCALHOST":
         assert "shared-memory transport stays" in t.summary

@@ -142,13 +142,14 @@ def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(scenario: dict) ->
     assert scenario["second_policy_ran"]  # --robot from-topic: the latched description
 
 
-def test_the_robot_node_keeps_off_fast_dds_shared_memory(scenario: dict) -> None:
+def test_the_robot_and_policy_nodes_keep_off_fast_dds_shared_memory(scenario: dict) -> None:
     """Under the scenario's ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` rmw_fastrtps would add its
     shared-memory transport (ignoring ``FASTDDS_BUILTIN_TRANSPORTS``), where a write towards the
     killed policy's segment can stall the robot's publish, and its watchdog, ~1 s with the GIL held
-    (``common.robot_node_transport``): the robot's process maps no Fast DDS segment, and still
-    talks to every peer (the balance and kill tests)."""
+    (``common.control_node_transport``): neither node's process maps a Fast DDS segment, and both
+    still talk to every peer (the balance and kill tests)."""
     assert scenario["robot_shm_segments"] == [], scenario["robot_shm_segments"]
+    assert scenario["policy_shm_segments"] == [], scenario["policy_shm_segments"]
     assert "Fast DDS over UDP with localhost discovery (peers 127.0.0.1;" in (scenario["robot_transport"] or ""), \
         scenario["robot_transport"]
 

@@ -38,11 +38,13 @@ the robot once that reading goes stale.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +103,7 @@ FASTDDS_LOOPBACK_UDP_XML = """<?xml version="1.0" encoding="UTF-8" ?>
 ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` asks of rmw_fastrtps (no multicast listening, 127.0.0.1
 and ``ROS_STATIC_PEERS`` as the initial peers, 32 participants per host) over UDP alone:
 rmw_fastrtps adds its own shared-memory transport in that range and ignores
-``FASTDDS_BUILTIN_TRANSPORTS`` (:func:`robot_node_transport` says why that matters)."""
+``FASTDDS_BUILTIN_TRANSPORTS`` (:func:`control_node_transport` says why that matters)."""
 
 SHARED_MEMORY_BUILTIN_TRANSPORTS = frozenset({"DEFAULT", "DEFAULTV6", "SHM", "LARGE_DATA", "LARGE_DATAV6"})
 """``FASTDDS_BUILTIN_TRANSPORTS`` values (upper case, options after ``?`` dropped) that include
@@ -110,7 +112,7 @@ Fast DDS's shared-memory transport."""
 
 @dataclass(frozen=True)
 class NodeTransport:
-    """How a robot node's Fast DDS participant is set up (:func:`robot_node_transport`)."""
+    """How a robot node's Fast DDS participant is set up (:func:`control_node_transport`)."""
 
     environ: dict[str, str]
     """Variables to set before rclpy starts."""
@@ -123,14 +125,16 @@ class NodeTransport:
     """Whether the participant may still use Fast DDS's shared-memory transport."""
 
 
-def robot_node_transport(environ: Mapping[str, str]) -> NodeTransport:
-    """Keep a robot node off Fast DDS's shared-memory transport wherever the user left the choice to us.
+def control_node_transport(environ: Mapping[str, str]) -> NodeTransport:
+    """Keep a ROS 2 robot or policy node off Fast DDS's shared-memory transport wherever the user
+    left the choice to us.
 
     Why: a shared-memory write towards a reader whose process just died can wait about a second
     (the port health check) inside ``rcl_publish``, and rclpy keeps the GIL there, so the node's
-    stepping thread and its watchdog stall with it: a robot held 1.0 s instead of 0.1 s after its
-    policy's SIGKILL (twice in CI). A real robot's watchdog lives in its driver; this one lives in
-    the node's process and must not depend on a peer. Over UDP a write to a dead reader never waits.
+    whole process stalls with it: a robot node held 1.0 s instead of 0.1 s after its policy's
+    SIGKILL (twice in CI), and a policy node would stop commanding for a second when a recorder
+    reading its commands dies. A real robot's watchdog lives in its driver; this one lives in the
+    node's process and must not depend on a peer. Over UDP a write to a dead reader never waits.
 
     - ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``: rmw_fastrtps then builds its own transports
       (shared memory and UDP) and ignores ``FASTDDS_BUILTIN_TRANSPORTS``, so the range becomes
@@ -175,6 +179,32 @@ def robot_node_transport(environ: Mapping[str, str]) -> NodeTransport:
                          f"Fast DDS over UDP with localhost discovery (peers {', '.join(peers)}; "
                          "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST without its shared-memory transport)",
                          shared_memory=False)
+
+
+@contextmanager
+def control_transport(logger: logging.Logger, node: str) -> Iterator[NodeTransport]:
+    """Apply :func:`control_node_transport` to this process's environment before rclpy starts: its
+    variables set, its profile written to a temporary file (named for Fast DDS 3 and 2) and removed
+    when the block ends; the choice logged (a warning where shared memory stays). ``SystemExit``
+    naming ``ROS_STATIC_PEERS`` when a peer does not resolve, before anything starts.
+    """
+    try:
+        transport = control_node_transport(os.environ)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    os.environ.update(transport.environ)
+    profile = None
+    if transport.profile is not None:
+        with tempfile.NamedTemporaryFile("w", prefix="robolearn-fastdds-", suffix=".xml", delete=False) as fh:
+            fh.write(transport.profile)
+        profile = Path(fh.name)
+        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = os.environ["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(profile)
+    (logger.warning if transport.shared_memory else logger.info)("%s: %s", node, transport.summary)
+    try:
+        yield transport
+    finally:
+        if profile is not None:
+            profile.unlink(missing_ok=True)
 
 
 class MalformedMessage(ValueError):

@@ -14,6 +14,8 @@ robot node publishes. ``estop`` (``true``) latches the runtime's e-stop; ``polic
 about 10 Hz). SIGINT/SIGTERM: stop, damp for ``exit_s``, save telemetry and summary. Exit status 2:
 the policy does not fit the robot. Cameras: the topics, flags and status fields of
 ``ros1_policy_node``, read best effort with depth 1 (:data:`~robolearn.sim2real.ros.ros2.IMAGE_QOS`).
+Fast DDS runs over UDP, off its shared-memory transport, as in the robot node
+(:func:`~robolearn.sim2real.ros.common.control_node_transport`).
 Run it inside ``unshare -n`` on a shared machine.
 """
 
@@ -30,8 +32,10 @@ from typing import Any
 from robolearn.sim2real.deploy.policy import load_exported
 from robolearn.sim2real.deploy.runtime import DeployMismatch, DeployRuntime
 from robolearn.sim2real.robots.base import RobotFeatures
+from robolearn.sim2real.ros.common import control_transport
 from robolearn.sim2real.ros.node_common import (
     LOG_FORMAT,
+    PolicySettings,
     add_policy_arguments,
     drive_policy,
     load_features,
@@ -72,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
     tune_process(args, log)
     settings = policy_settings(args, NODE)
+    # Off Fast DDS's shared-memory transport before rclpy starts: a reader that dies (the robot, a
+    # recorder) must not stall this process's publish, and its control loop, for a second
+    # (common.control_node_transport).
+    with control_transport(log, NODE):
+        return _serve(args, settings)
+
+
+def _serve(args: argparse.Namespace, settings: PolicySettings) -> int:
+    """:func:`main` once the transport is chosen."""
     topics = settings.topics
     from std_msgs.msg import Bool, String
 

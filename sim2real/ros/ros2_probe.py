@@ -57,11 +57,31 @@ POLICY = "robolearn.sim2real.ros.ros2_policy_node"
 ROBOT = "robolearn.sim2real.ros.ros2_robot_node"
 
 
-def _shm_segments(pid: int) -> list[str] | None:
-    """The Fast DDS shared-memory files process ``pid`` has mapped (``None``: its maps unreadable)."""
+def _proc_pid(child: int) -> int | None:
+    """``/proc``'s pid of this process's child ``child`` (its pid as :class:`subprocess.Popen` saw
+    it). The scenario runs in a PID namespace whose ``/proc`` is still the host's, where the child
+    has another pid: the one whose parent is this process (``/proc/self``, the host's view) and whose
+    innermost ``NSpid`` is ``child``.
+    """
+    me = os.readlink("/proc/self")
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:  # a process that ended meanwhile
+            continue
+        if fields.get("PPid", "").strip() == me and fields.get("NSpid", "").split()[-1:] == [str(child)]:
+            return int(status.parent.name)
+    return None
+
+
+def _shm_segments(child: int) -> list[str] | None:
+    """The Fast DDS shared-memory files this process's child ``child`` has mapped (``None``: not found)."""
+    pid = _proc_pid(child)
     try:
-        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines() if pid is not None else None
     except OSError:
+        lines = None
+    if lines is None:
         return None
     return sorted({line.split()[-1] for line in lines if "/dev/shm/fastdds" in line})
 
@@ -172,9 +192,10 @@ def phase_a(node: Any, args: argparse.Namespace, work: Path, features: Path, out
         if not _wait(lambda: w.state_sub.get_publisher_count() > 0, 90):
             out["error"] = "phase A: the probe never matched the robot's joint_states publisher"
             return
-        # Fast DDS's shared-memory segments the robot's process has mapped (robot_node_transport
-        # keeps it on UDP: a dead reader's segment can stall its publish, and its watchdog, ~1 s)
+        # Fast DDS's shared-memory segments the nodes' processes have mapped (control_node_transport
+        # keeps them on UDP: a dead reader's segment can stall a publish, and the watchdog, ~1 s)
         out["robot_shm_segments"] = _shm_segments(robot.pid)
+        out["policy_shm_segments"] = _shm_segments(policy.pid)
         out["robot_transport"] = next((line.split(": ", 1)[-1] for line in (work / "robot_a.log").read_text().splitlines()
                                        if "Fast DDS" in line), None)
         gate = node.create_subscription(JointState, f"{ns}/joint_states", lambda m: None, 10)

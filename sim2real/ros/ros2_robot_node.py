@@ -15,7 +15,7 @@ robot-side watchdog holds after ``--command-timeout`` without a good one; ``esto
 transport fell behind), so the stepping thread and its watchdog never wait on a publish that
 releases the GIL; rclpy's ``publish`` keeps the GIL while ``rcl_publish`` blocks, so a DDS write stuck
 that way still stalls the whole process, and the node keeps off Fast DDS's shared-memory transport,
-where a write towards a dead reader can block for a second (``common.robot_node_transport``: UDP,
+where a write towards a dead reader can block for a second (``common.control_node_transport``: UDP,
 with ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``'s discovery kept). The robot's features are published on ``robot_features``
 (``std_msgs/String``, JSON, transient local) for a policy node started with ``--robot from-topic``.
 ``--wait-for-subscribers N`` (ROS 2 only): the world also waits, within ``--wait-for-policy``, for N
@@ -32,17 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import numpy as np
 
 from robolearn.sim2real.robots.base import Reading
-from robolearn.sim2real.ros.common import Topics, parse_command, robot_node_transport
+from robolearn.sim2real.ros.common import Topics, control_transport, parse_command
 from robolearn.sim2real.ros.node_common import (
     LOG_FORMAT,
     RobotNode,
@@ -102,26 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     check_wait_for_subscribers(args)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
     tune_process(args, log)
-    # Off Fast DDS's shared-memory transport before rclpy starts (common.robot_node_transport says
+    # Off Fast DDS's shared-memory transport before rclpy starts (common.control_node_transport says
     # why: a dead reader can stall a publish ~1 s with the GIL held, and the watchdog with it).
-    try:
-        transport = robot_node_transport(os.environ)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-    os.environ.update(transport.environ)
-    profile = None
-    if transport.profile is not None:
-        with tempfile.NamedTemporaryFile("w", prefix="robolearn-fastdds-", suffix=".xml", delete=False) as fh:
-            fh.write(transport.profile)
-        profile = Path(fh.name)
-        # Fast DDS 3 reads the first, Fast DDS 2 (Humble to Jazzy) the second
-        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = os.environ["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(profile)
-    (log.warning if transport.shared_memory else log.info)("%s: %s", NODE, transport.summary)
-    try:
+    with control_transport(log, NODE):
         return _serve(args)
-    finally:
-        if profile is not None:
-            profile.unlink(missing_ok=True)
 
 
 def _serve(args: argparse.Namespace) -> int:
