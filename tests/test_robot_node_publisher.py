@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
@@ -25,7 +28,7 @@ import pytest
 
 from robolearn.sim2real.robots.base import Reading
 from robolearn.sim2real.robots.sim_robot import SimulatedRobot
-from robolearn.sim2real.ros.common import Topics, control_node_transport
+from robolearn.sim2real.ros.common import Topics, apply_control_transport, control_node_transport
 from robolearn.sim2real.ros.node_common import RobotNode, TickPublisher, add_robot_arguments
 
 LOG = logging.getLogger("robolearn.tests.robot_node_publisher")
@@ -211,12 +214,12 @@ def test_tick_publisher_refuses_a_bad_capacity(capacity: Any) -> None:
         TickPublisher(GatedTransport(), LOG, "robot", capacity=capacity)
 
 
-# --- the robot node's Fast DDS transport (common.control_node_transport) --------------------------
+# --- the ROS 2 nodes' Fast DDS transport (common.control_node_transport) ------------------------
 # The publishing thread cannot help when rclpy's publish itself blocks with the GIL held: a
 # shared-memory write towards a reader that just died can wait ~1 s (CI saw the 1.0 s hold again
 # after the publishing thread landed, with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, where
-# rmw_fastrtps adds its shared-memory transport and ignores FASTDDS_BUILTIN_TRANSPORTS).
-# tests/test_ros2.py checks the running node maps no shared-memory segment.
+# rmw_fastrtps adds its shared-memory transport and ignores FASTDDS_BUILTIN_TRANSPORTS). The robot
+# and policy nodes both apply it; tests/test_ros2.py checks neither running node maps a segment.
 
 
 def _peers(profile: str) -> list[str]:
@@ -255,17 +258,41 @@ def test_an_unresolvable_static_peer_is_named(monkeypatch: pytest.MonkeyPatch) -
         control_node_transport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "ROS_STATIC_PEERS": "robot-pc"})
 
 
+@pytest.mark.parametrize("environ", [
+    {"ROS_AUTOMATIC_DISCOVERY_RANGE": "localhost"},  # rcl reads any unknown value as LOCALHOST
+    {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"},  # the user's intent
+])
+def test_other_spellings_of_localhost_discovery_are_translated(environ: dict[str, str]) -> None:
+    t = control_node_transport(environ)
+    assert t.environ == {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"} and not t.shared_memory
+    assert t.profile is not None and _peers(t.profile) == ["127.0.0.1"]
+
+
+def test_ros_localhost_only_is_localhost_discovery_and_is_turned_off() -> None:
+    """Jazzy's rcl forces LOCALHOST under ``ROS_LOCALHOST_ONLY=1`` whatever the range says: it must
+    go too, or rmw_fastrtps would add its shared memory after all."""
+    t = control_node_transport({"ROS_LOCALHOST_ONLY": "1", "ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"})
+    assert t.environ == {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT", "ROS_LOCALHOST_ONLY": "0"}
+    assert t.profile is not None and _peers(t.profile) == ["127.0.0.1"]
+
+
 @pytest.mark.parametrize(("environ", "expected", "shared_memory"), [
     ({}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),
     ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "SUBNET"}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": ""}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),  # empty: SUBNET
+    ({"ROS_LOCALHOST_ONLY": "0"}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),
     # a profile that sets no transports (the camera buffers) keeps the built-in UDP choice
     ({"FASTDDS_DEFAULT_PROFILES_FILE": "/etc/buffers.xml"}, {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, False),
     # the user's choice stands, and the flag says whether it includes shared memory
     ({"FASTDDS_BUILTIN_TRANSPORTS": "SHM"}, {}, True),
-    ({"FASTDDS_BUILTIN_TRANSPORTS": "large_data?max_msg_size=1MB"}, {}, True),
+    ({"FASTDDS_BUILTIN_TRANSPORTS": "LARGE_DATA?max_msg_size=1MB"}, {}, True),
+    ({"FASTDDS_BUILTIN_TRANSPORTS": "P2P"}, {}, True),
+    ({"FASTDDS_BUILTIN_TRANSPORTS": "udpv4"}, {}, True),  # Fast DDS matches case-sensitively: DEFAULT
     ({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, {}, False),
-    # LOCALHOST with the user's transports or profile: rmw_fastrtps's own SHM + UDP, said so
-    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, {}, True),
+    ({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv6"}, {}, False),
+    # localhost discovery with other transports or a profile of the user's: rmw_fastrtps's own
+    # SHM + UDP, said so
+    ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "FASTDDS_BUILTIN_TRANSPORTS": "LARGE_DATA"}, {}, True),
     ({"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "FASTRTPS_DEFAULT_PROFILES_FILE": "/etc/mine.xml"}, {}, True),
 ])
 def test_transport_choice_outside_the_localhost_translation(environ: dict[str, str], expected: dict[str, str],
@@ -274,3 +301,35 @@ def test_transport_choice_outside_the_localhost_translation(environ: dict[str, s
     assert (t.environ, t.profile, t.shared_memory) == (expected, None, shared_memory)
     if shared_memory and environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") == "LOCALHOST":
         assert "shared-memory transport stays" in t.summary
+
+
+def test_apply_control_transport_sets_the_environment_and_one_profile_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The process's variables change before rclpy starts; the profile lies in one file named by its
+    content, reused by the next node (a SIGKILLed node leaves nothing new) and readable by all."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for name in ("FASTDDS_BUILTIN_TRANSPORTS", "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE",
+                 "ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    with caplog.at_level(logging.INFO):
+        t = apply_control_transport(LOG, "robot")
+    assert os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"
+    profile = Path(os.environ["FASTDDS_DEFAULT_PROFILES_FILE"])
+    assert profile.parent == tmp_path and profile.read_text() == t.profile
+    assert profile.stat().st_mode & 0o777 == 0o644
+    assert "robot: Fast DDS over UDP with localhost discovery" in caplog.text
+    # a second node: the same file, nothing else written
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE")
+    monkeypatch.delenv("FASTRTPS_DEFAULT_PROFILES_FILE", raising=False)
+    apply_control_transport(LOG, "policy")
+    assert os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] == str(profile) and list(tmp_path.iterdir()) == [profile]
+    # an unresolvable peer stops the node before anything starts, naming the variable
+    monkeypatch.setattr(socket, "gethostbyname", lambda host: (_ for _ in ()).throw(socket.gaierror(-2, "unknown")))
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE")
+    monkeypatch.delenv("FASTRTPS_DEFAULT_PROFILES_FILE", raising=False)
+    monkeypatch.setenv("ROS_STATIC_PEERS", "robot-pc")
+    with pytest.raises(SystemExit, match="ROS_STATIC_PEERS: cannot resolve 'robot-pc'"):
+        apply_control_transport(LOG, "robot")

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,9 @@ ROS2_PYTHON = Path(os.environ.get("ROBOLEARN_ROS2_PYTHON", REPO / ".venv-ros2" /
 ENV = {"RMW_IMPLEMENTATION": "rmw_fastrtps_cpp", "ROS_DOMAIN_ID": "42", "ROS_LOCALHOST_ONLY": "1",
        "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 """The scenario's environment: a fixed domain, Fast DDS, and localhost-only discovery besides the
-namespace (belt and braces)."""
+namespace (belt and braces: the range for Kilted's rcl, ``ROS_LOCALHOST_ONLY`` for Jazzy's). The
+robot and policy nodes turn both into their UDP profile (``common.control_node_transport``), the
+probe keeps rmw_fastrtps's shared memory and UDP."""
 BALANCE_S = 10.0
 EFFORT_LIMIT = 1.0
 """Cartpole-Balance's cart force limit (the robot node's features)."""
@@ -140,6 +143,25 @@ def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(scenario: dict) ->
                f"{scenario.get('robot_shm_segments')}\n")
     assert latency is not None and 0.05 < latency < 0.3, context + _logs(scenario, "policy_a.log", "robot_a.log")
     assert scenario["second_policy_ran"]  # --robot from-topic: the latched description
+
+
+def test_the_probe_finds_its_child_in_a_pid_namespace() -> None:
+    """The shared-memory check reads each node's ``/proc`` entry. In the scenario's PID namespace
+    ``/proc`` is still the host's, where the pid ``Popen`` gave names another process (or none):
+    ``ros2_probe._proc_pid`` goes through ``NSpid``; without a PID namespace it is the pid itself."""
+    code = ("import subprocess, sys\n"
+            "from robolearn.sim2real.ros.ros2_probe import _proc_pid\n"
+            "c = subprocess.Popen(['sleep', '30']); p = _proc_pid(c.pid)\n"
+            "print(c.pid, p, open(f'/proc/{p}/cmdline').read().split(chr(0))[:2]); c.kill()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    child, found, argv = out.stdout.split(maxsplit=2)
+    assert found == child and argv.strip() == "['sleep', '30']", out.stderr
+    if subprocess.run(["unshare", "-p", "-f", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare -p is not permitted here: no PID namespace to see through")
+    out = subprocess.run(["unshare", "-p", "-f", "--kill-child", sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60, cwd=REPO)
+    child, found, argv = out.stdout.split(maxsplit=2)
+    assert found != child and argv.strip() == "['sleep', '30']", (out.stdout, out.stderr)
 
 
 def test_the_robot_and_policy_nodes_keep_off_fast_dds_shared_memory(scenario: dict) -> None:

@@ -37,14 +37,15 @@ the robot once that reading goes stale.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import logging
 import math
 import os
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,8 @@ it: a best-effort 640x480 rgb8 frame (900 KiB in ~64 KiB fragments) arriving at 
 Linux's default 208 KiB buffer loses fragments, and so the frame, nearly every time (Fast DDS 3.2 on
 loopback: 0-6 of 60 frames arrived; with 4 MiB buffers 59-60 of 60, ``benchmarks/ros_image_latency.py``).
 The profile is ignored under ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (rmw_fastrtps then sets up
-its own transport: 1 of 60 arrived); use ``ROS_LOCALHOST_ONLY=1`` or a private network instead. The
+its own transport: 1 of 60 arrived); use the default range in a private network (``unshare -n``)
+instead (``ROS_LOCALHOST_ONLY=1`` does nothing since Kilted and means that range on Jazzy). The
 kernel caps the size at ``net.core.rmem_max``. Small frames (84x84 is 21 KiB) need none of this."""
 
 
@@ -105,20 +107,24 @@ and ``ROS_STATIC_PEERS`` as the initial peers, 32 participants per host) over UD
 rmw_fastrtps adds its own shared-memory transport in that range and ignores
 ``FASTDDS_BUILTIN_TRANSPORTS`` (:func:`control_node_transport` says why that matters)."""
 
-SHARED_MEMORY_BUILTIN_TRANSPORTS = frozenset({"DEFAULT", "DEFAULTV6", "SHM", "LARGE_DATA", "LARGE_DATAV6"})
-"""``FASTDDS_BUILTIN_TRANSPORTS`` values (upper case, options after ``?`` dropped) that include
-Fast DDS's shared-memory transport."""
+SHM_FREE_BUILTIN_TRANSPORTS = frozenset({"UDPv4", "UDPv6", "NONE"})
+"""``FASTDDS_BUILTIN_TRANSPORTS`` values (options after ``?`` dropped) without Fast DDS's
+shared-memory transport; every other value has it (``DEFAULT``, ``SHM``, ``LARGE_DATA``, ``P2P``, and a
+misspelt one, which Fast DDS reads as ``DEFAULT``: it matches case-sensitively)."""
+NOT_LOCALHOST_RANGES = frozenset({"", "OFF", "SUBNET", "SYSTEM_DEFAULT"})
+"""``ROS_AUTOMATIC_DISCOVERY_RANGE`` values rcl does not read as ``LOCALHOST`` (unset or empty is
+``SUBNET``; any other value, ``localhost`` included, is ``LOCALHOST``)."""
 
 
 @dataclass(frozen=True)
 class NodeTransport:
-    """How a robot node's Fast DDS participant is set up (:func:`control_node_transport`)."""
+    """How a ROS 2 robot or policy node's Fast DDS participant is set up (:func:`control_node_transport`)."""
 
     environ: dict[str, str]
     """Variables to set before rclpy starts."""
     profile: str | None
-    """A profile XML to write to a file named by ``FASTDDS_DEFAULT_PROFILES_FILE`` (Fast DDS 3) and
-    ``FASTRTPS_DEFAULT_PROFILES_FILE`` (Fast DDS 2), or ``None``."""
+    """A default profile XML for the participant (:func:`apply_control_transport` writes it and
+    names it in ``FASTDDS_DEFAULT_PROFILES_FILE``), or ``None``."""
     summary: str
     """One line for the node's log."""
     shared_memory: bool
@@ -136,34 +142,37 @@ def control_node_transport(environ: Mapping[str, str]) -> NodeTransport:
     reading its commands dies. A real robot's watchdog lives in its driver; this one lives in the
     node's process and must not depend on a peer. Over UDP a write to a dead reader never waits.
 
-    - ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``: rmw_fastrtps then builds its own transports
+    - Localhost discovery (``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``, or ``ROS_LOCALHOST_ONLY=1``,
+      which ROS 2 Jazzy's rcl reads as that range): rmw_fastrtps then builds its own transports
       (shared memory and UDP) and ignores ``FASTDDS_BUILTIN_TRANSPORTS``, so the range becomes
-      ``SYSTEM_DEFAULT`` with :data:`FASTDDS_LOOPBACK_UDP_XML` as the default profile, which
-      discovers the same peers (127.0.0.1 and ``ROS_STATIC_PEERS``) over UDP. Where the user set
-      ``FASTDDS_BUILTIN_TRANSPORTS`` or a profile file (``FASTDDS_DEFAULT_PROFILES_FILE`` /
-      ``FASTRTPS_DEFAULT_PROFILES_FILE``, which cannot be merged with it), nothing changes and the
-      summary says the shared-memory transport stays.
-    - otherwise: ``FASTDDS_BUILTIN_TRANSPORTS=UDPv4`` unless the user set it.
+      ``SYSTEM_DEFAULT`` (and ``ROS_LOCALHOST_ONLY`` 0) with :data:`FASTDDS_LOOPBACK_UDP_XML` as the
+      default profile, which discovers the same peers (127.0.0.1 and ``ROS_STATIC_PEERS``) over UDP.
+      Where the user chose transports that way (``FASTDDS_BUILTIN_TRANSPORTS`` other than ``UDPv4``)
+      or gave a profile file (``FASTDDS_DEFAULT_PROFILES_FILE`` / ``FASTRTPS_DEFAULT_PROFILES_FILE``,
+      which cannot be merged with it), nothing changes and the summary says the shared-memory
+      transport stays.
+    - Otherwise: ``FASTDDS_BUILTIN_TRANSPORTS=UDPv4`` unless the user set it.
 
     Raises ``ValueError`` naming ``ROS_STATIC_PEERS`` when one of its hosts does not resolve.
     """
     user = environ.get("FASTDDS_BUILTIN_TRANSPORTS")
-    localhost = environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") == "LOCALHOST"
-    stays = "rmw_fastrtps's shared-memory transport stays (a dead reader can stall a publish ~1 s, the watchdog with it)"
-    if localhost and user:
-        return NodeTransport({}, None, f"ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST, where rmw_fastrtps ignores "
-                             f"FASTDDS_BUILTIN_TRANSPORTS={user}: {stays}", shared_memory=True)
-    if user:
-        kind = user.split("?", 1)[0].strip().upper()
-        return NodeTransport({}, None, f"Fast DDS transports from FASTDDS_BUILTIN_TRANSPORTS={user}",
-                             shared_memory=kind in SHARED_MEMORY_BUILTIN_TRANSPORTS)
+    user_kind = None if user is None else user.split("?", 1)[0].strip()
+    localhost_only = environ.get("ROS_LOCALHOST_ONLY") == "1"
+    localhost = localhost_only or environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "").strip() not in NOT_LOCALHOST_RANGES
     if not localhost:
+        if user is not None:
+            return NodeTransport({}, None, f"Fast DDS transports from FASTDDS_BUILTIN_TRANSPORTS={user}",
+                                 shared_memory=user_kind not in SHM_FREE_BUILTIN_TRANSPORTS)
         return NodeTransport({"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}, None,
                              "Fast DDS over UDP (FASTDDS_BUILTIN_TRANSPORTS=UDPv4)", shared_memory=False)
+    stays = "rmw_fastrtps's shared-memory transport stays (a dead reader can stall a publish ~1 s, the watchdog with it)"
+    if user is not None and user_kind != "UDPv4":
+        return NodeTransport({}, None, f"localhost discovery, where rmw_fastrtps ignores FASTDDS_BUILTIN_TRANSPORTS="
+                             f"{user}: {stays}", shared_memory=True)
     profile_file = environ.get("FASTDDS_DEFAULT_PROFILES_FILE") or environ.get("FASTRTPS_DEFAULT_PROFILES_FILE")
     if profile_file:
-        return NodeTransport({}, None, f"ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST with the profile {profile_file}: "
-                             f"{stays}", shared_memory=True)
+        return NodeTransport({}, None, f"localhost discovery with the profile {profile_file}: {stays}",
+                             shared_memory=True)
     peers = ["127.0.0.1"]
     for host in filter(None, (h.strip() for h in environ.get("ROS_STATIC_PEERS", "").split(";"))):
         try:
@@ -174,38 +183,50 @@ def control_node_transport(environ: Mapping[str, str]) -> NodeTransport:
         if address not in peers:
             peers.append(address)
     locators = "".join(f"<locator><udpv4><address>{a}</address></udpv4></locator>" for a in peers)
-    return NodeTransport({"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"},
-                         FASTDDS_LOOPBACK_UDP_XML.format(peers=locators),
-                         f"Fast DDS over UDP with localhost discovery (peers {', '.join(peers)}; "
-                         "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST without its shared-memory transport)",
+    updates = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "SYSTEM_DEFAULT"}
+    if localhost_only:
+        updates["ROS_LOCALHOST_ONLY"] = "0"
+    return NodeTransport(updates, FASTDDS_LOOPBACK_UDP_XML.format(peers=locators),
+                         f"Fast DDS over UDP with localhost discovery (peers {', '.join(peers)}; what "
+                         "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST discovers, without its shared-memory transport)",
                          shared_memory=False)
 
 
-@contextmanager
-def control_transport(logger: logging.Logger, node: str) -> Iterator[NodeTransport]:
-    """Apply :func:`control_node_transport` to this process's environment before rclpy starts: its
-    variables set, its profile written to a temporary file (named for Fast DDS 3 and 2) and removed
-    when the block ends; the choice logged (a warning where shared memory stays). ``SystemExit``
-    naming ``ROS_STATIC_PEERS`` when a peer does not resolve, before anything starts.
+def _fastdds_major() -> int | None:
+    """Fast DDS's major version where its wheel says it (``ros-fastdds``), else ``None``."""
+    try:
+        return int(importlib.metadata.version("ros-fastdds").split(".", 1)[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def apply_control_transport(logger: logging.Logger, node: str) -> NodeTransport:
+    """Apply :func:`control_node_transport` to this process's environment; call it before rclpy
+    starts. Its profile goes to a file named by its content in the temporary directory (written
+    atomically and reused, so a node killed by SIGKILL leaves nothing new behind), named in
+    ``FASTDDS_DEFAULT_PROFILES_FILE`` and, unless the wheel says Fast DDS 3 (which warns about the
+    old name), ``FASTRTPS_DEFAULT_PROFILES_FILE`` for Fast DDS 2. The choice is logged: a warning
+    where shared memory stays. ``SystemExit`` naming ``ROS_STATIC_PEERS`` when a peer does not resolve.
     """
     try:
         transport = control_node_transport(os.environ)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     os.environ.update(transport.environ)
-    profile = None
     if transport.profile is not None:
-        with tempfile.NamedTemporaryFile("w", prefix="robolearn-fastdds-", suffix=".xml", delete=False) as fh:
-            fh.write(transport.profile)
-        profile = Path(fh.name)
-        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = os.environ["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(profile)
+        digest = hashlib.sha256(transport.profile.encode()).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / f"robolearn-fastdds-{digest}.xml"
+        if not (path.is_file() and path.read_text() == transport.profile):
+            fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "w") as fh:
+                os.fchmod(fh.fileno(), 0o644)  # readable by every user's nodes: mkstemp makes it 0600
+                fh.write(transport.profile)
+            os.replace(tmp, path)
+        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(path)
+        if _fastdds_major() != 3:
+            os.environ["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(path)
     (logger.warning if transport.shared_memory else logger.info)("%s: %s", node, transport.summary)
-    try:
-        yield transport
-    finally:
-        if profile is not None:
-            profile.unlink(missing_ok=True)
-
+    return transport
 
 class MalformedMessage(ValueError):
     """A message that cannot be used (field, value and expectation named)."""

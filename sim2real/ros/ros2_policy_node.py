@@ -32,7 +32,7 @@ from typing import Any
 from robolearn.sim2real.deploy.policy import load_exported
 from robolearn.sim2real.deploy.runtime import DeployMismatch, DeployRuntime
 from robolearn.sim2real.robots.base import RobotFeatures
-from robolearn.sim2real.ros.common import control_transport
+from robolearn.sim2real.ros.common import apply_control_transport
 from robolearn.sim2real.ros.node_common import (
     LOG_FORMAT,
     PolicySettings,
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     # Off Fast DDS's shared-memory transport before rclpy starts: a reader that dies (the robot, a
     # recorder) must not stall this process's publish, and its control loop, for a second
     # (common.control_node_transport).
-    with control_transport(log, NODE):
-        return _serve(args, settings)
+    apply_control_transport(log, NODE)
+    return _serve(args, settings)
 
 
 def _serve(args: argparse.Namespace, settings: PolicySettings) -> int:

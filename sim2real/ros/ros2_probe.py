@@ -61,17 +61,21 @@ def _proc_pid(child: int) -> int | None:
     """``/proc``'s pid of this process's child ``child`` (its pid as :class:`subprocess.Popen` saw
     it). The scenario runs in a PID namespace whose ``/proc`` is still the host's, where the child
     has another pid: the one whose parent is this process (``/proc/self``, the host's view) and whose
-    innermost ``NSpid`` is ``child``.
+    innermost ``NSpid`` is ``child``. Without ``NSpid`` (kernels before 4.1) there is no PID
+    namespace to see through: ``child`` itself.
     """
     me = os.readlink("/proc/self")
+    nspid_seen = False
     for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        try:  # bytes: a process name need not be UTF-8
+            text = status.read_bytes().decode("utf-8", "replace")
         except OSError:  # a process that ended meanwhile
             continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        nspid_seen = nspid_seen or "NSpid" in fields
         if fields.get("PPid", "").strip() == me and fields.get("NSpid", "").split()[-1:] == [str(child)]:
             return int(status.parent.name)
-    return None
+    return None if nspid_seen else child
 
 
 def _shm_segments(child: int) -> list[str] | None:
@@ -83,7 +87,8 @@ def _shm_segments(child: int) -> list[str] | None:
         lines = None
     if lines is None:
         return None
-    return sorted({line.split()[-1] for line in lines if "/dev/shm/fastdds" in line})
+    # the path is the sixth field and may carry spaces (" (deleted)" once unlinked)
+    return sorted({line.split(None, 5)[-1] for line in lines if "/dev/shm/fastdds" in line})
 
 
 def _node(module: str, *args: str, log: Path) -> subprocess.Popen:

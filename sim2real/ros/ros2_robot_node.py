@@ -16,7 +16,8 @@ transport fell behind), so the stepping thread and its watchdog never wait on a 
 releases the GIL; rclpy's ``publish`` keeps the GIL while ``rcl_publish`` blocks, so a DDS write stuck
 that way still stalls the whole process, and the node keeps off Fast DDS's shared-memory transport,
 where a write towards a dead reader can block for a second (``common.control_node_transport``: UDP,
-with ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``'s discovery kept). The robot's features are published on ``robot_features``
+with ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``'s discovery kept). The robot's features are
+published on ``robot_features``
 (``std_msgs/String``, JSON, transient local) for a policy node started with ``--robot from-topic``.
 ``--wait-for-subscribers N`` (ROS 2 only): the world also waits, within ``--wait-for-policy``, for N
 subscriptions matched to ``joint_states`` (the policy and, say, a recorder or a safety monitor that
@@ -39,7 +40,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from robolearn.sim2real.robots.base import Reading
-from robolearn.sim2real.ros.common import Topics, control_transport, parse_command
+from robolearn.sim2real.ros.common import Topics, apply_control_transport, parse_command
 from robolearn.sim2real.ros.node_common import (
     LOG_FORMAT,
     RobotNode,
@@ -101,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_process(args, log)
     # Off Fast DDS's shared-memory transport before rclpy starts (common.control_node_transport says
     # why: a dead reader can stall a publish ~1 s with the GIL held, and the watchdog with it).
-    with control_transport(log, NODE):
-        return _serve(args)
+    apply_control_transport(log, NODE)
+    return _serve(args)
 
 
 def _serve(args: argparse.Namespace) -> int:
