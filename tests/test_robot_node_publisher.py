@@ -303,15 +303,20 @@ def test_transport_choice_outside_the_localhost_translation(environ: dict[str, s
         assert "shared-memory transport stays" in t.summary
 
 
+TRANSPORT_VARIABLES = ("FASTDDS_BUILTIN_TRANSPORTS", "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE",
+                       "ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY", "ROS_AUTOMATIC_DISCOVERY_RANGE")
+"""What :func:`apply_control_transport` reads or writes in the process's environment."""
+
+
 def test_apply_control_transport_sets_the_environment_and_one_profile_file(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The process's variables change before rclpy starts; the profile lies in one file named by its
     content, reused by the next node (a SIGKILLed node leaves nothing new) and readable by all."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    for name in ("FASTDDS_BUILTIN_TRANSPORTS", "FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE",
-                 "ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    base = {k: v for k, v in os.environ.items() if k not in TRANSPORT_VARIABLES}
+    # a copy as the process's environment, given back afterwards: the function writes os.environ
+    # itself, and a variable leaked from here would decide the ROS 2 scenario's transport
+    monkeypatch.setattr(os, "environ", base | {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"})
     with caplog.at_level(logging.INFO):
         t = apply_control_transport(LOG, "robot")
     assert os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SYSTEM_DEFAULT"
@@ -320,16 +325,18 @@ def test_apply_control_transport_sets_the_environment_and_one_profile_file(
     assert profile.stat().st_mode & 0o777 == 0o644
     assert "robot: Fast DDS over UDP with localhost discovery" in caplog.text
     # a second node: the same file, nothing else written
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE")
-    monkeypatch.delenv("FASTRTPS_DEFAULT_PROFILES_FILE", raising=False)
+    monkeypatch.setattr(os, "environ", base | {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"})
     apply_control_transport(LOG, "policy")
     assert os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] == str(profile) and list(tmp_path.iterdir()) == [profile]
     # an unresolvable peer stops the node before anything starts, naming the variable
     monkeypatch.setattr(socket, "gethostbyname", lambda host: (_ for _ in ()).throw(socket.gaierror(-2, "unknown")))
-    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE")
-    monkeypatch.delenv("FASTRTPS_DEFAULT_PROFILES_FILE", raising=False)
-    monkeypatch.setenv("ROS_STATIC_PEERS", "robot-pc")
+    monkeypatch.setattr(os, "environ", base | {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+                                               "ROS_STATIC_PEERS": "robot-pc"})
     with pytest.raises(SystemExit, match="ROS_STATIC_PEERS: cannot resolve 'robot-pc'"):
         apply_control_transport(LOG, "robot")
+
+
+def test_apply_control_transport_leaves_nothing_in_the_real_environment() -> None:
+    """Runs after the test above (file order): its copies of the environment were given back."""
+    leaked = {k: os.environ[k] for k in TRANSPORT_VARIABLES if k in os.environ and "robolearn-fastdds" in os.environ[k]}
+    assert not leaked, leaked

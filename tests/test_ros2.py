@@ -38,6 +38,12 @@ ENV = {"RMW_IMPLEMENTATION": "rmw_fastrtps_cpp", "ROS_DOMAIN_ID": "42", "ROS_LOC
 namespace (belt and braces: the range for Kilted's rcl, ``ROS_LOCALHOST_ONLY`` for Jazzy's). The
 robot and policy nodes turn both into their UDP profile (``common.control_node_transport``), the
 probe keeps rmw_fastrtps's shared memory and UDP."""
+
+
+def scenario_env() -> dict[str, str]:
+    """This process's environment with :data:`ENV`, less any Fast DDS variable: a transport or
+    profile set in the caller's shell would decide the nodes' transport instead of the code under test."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("FASTDDS_", "FASTRTPS_"))} | ENV
 BALANCE_S = 10.0
 EFFORT_LIMIT = 1.0
 """Cartpole-Balance's cart force limit (the robot node's features)."""
@@ -81,7 +87,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
                f"--policy {policy} --workdir {work / 'run'} --balance-s {BALANCE_S}")
     # Everything runs in the namespaces and dies with them; the timeout ends a hung scenario.
     out = subprocess.run([*unshare, "sh", "-c", command], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, **ENV}, cwd=REPO)
+                         env=scenario_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["logs"] = {p.name: p.read_text()[-2000:] for p in (work / "run").glob("*.log")}

@@ -10,12 +10,11 @@ missing the tests are skipped with the reason.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from tests.test_ros2 import ENV, REPO, ROS2_PYTHON, _namespace_command
+from tests.test_ros2 import REPO, ROS2_PYTHON, _namespace_command, scenario_env
 
 pytestmark = pytest.mark.ros
 
@@ -30,7 +29,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
     command = f"ip link set lo up && exec {ROS2_PYTHON} -m robolearn.sim2real.ros.ros2_camera_probe --workdir {work}"
     # Everything runs in the namespaces and dies with them; the timeout ends a hung scenario.
     out = subprocess.run([*unshare, "sh", "-c", command], capture_output=True, text=True, timeout=240,
-                         env={**os.environ, **ENV}, cwd=REPO)
+                         env=scenario_env(), cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     for key in ("error_p", "error_l"):
