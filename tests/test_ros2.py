@@ -151,21 +151,33 @@ def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(scenario: dict) ->
     assert scenario["second_policy_ran"]  # --robot from-topic: the latched description
 
 
-def test_the_probe_finds_its_child_in_a_pid_namespace() -> None:
-    """The shared-memory check reads each node's ``/proc`` entry. In the scenario's PID namespace
-    ``/proc`` is still the host's, where the pid ``Popen`` gave names another process (or none):
-    ``ros2_probe._proc_pid`` goes through ``NSpid``; without a PID namespace it is the pid itself."""
-    code = ("import subprocess, sys\n"
-            "from robolearn.sim2real.ros.ros2_probe import _proc_pid\n"
-            "c = subprocess.Popen(['sleep', '30']); p = _proc_pid(c.pid)\n"
-            "print(c.pid, p, open(f'/proc/{p}/cmdline').read().split(chr(0))[:2]); c.kill()\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+_FIND_CHILD = ("import subprocess, sys\n"
+               "from robolearn.sim2real.ros.ros2_probe import _proc_pid\n"
+               "c = subprocess.Popen(['sleep', '30']); p = _proc_pid(c.pid)\n"
+               "print(c.pid, p, open(f'/proc/{p}/cmdline').read().split(chr(0))[:2]); c.kill()\n")
+"""Start ``sleep 30``, print its pid as ``Popen`` saw it, ``_proc_pid``'s answer and that /proc entry's argv."""
+
+
+def _pid_namespace_allowed() -> bool:
+    """Whether ``unshare -p`` (a PID namespace, as the scenario uses where allowed) runs here."""
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-p", "-f", "true"], capture_output=True).returncode == 0
+
+
+def test_the_probe_finds_its_child_without_a_pid_namespace() -> None:
+    """The shared-memory check reads each node's ``/proc`` entry: without a PID namespace it is the
+    ``Popen`` pid itself."""
+    out = subprocess.run([sys.executable, "-c", _FIND_CHILD], capture_output=True, text=True, timeout=60, cwd=REPO)
     child, found, argv = out.stdout.split(maxsplit=2)
     assert found == child and argv.strip() == "['sleep', '30']", out.stderr
-    if subprocess.run(["unshare", "-p", "-f", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unshare -p is not permitted here: no PID namespace to see through")
-    out = subprocess.run(["unshare", "-p", "-f", "--kill-child", sys.executable, "-c", code], capture_output=True,
-                         text=True, timeout=60, cwd=REPO)
+
+
+@pytest.mark.skipif(not _pid_namespace_allowed(), reason="unshare -p is not permitted here: no PID namespace")
+def test_the_probe_finds_its_child_in_a_pid_namespace() -> None:
+    """In the scenario's PID namespace ``/proc`` is still the host's, where the pid ``Popen`` gave
+    names another process (or none): ``ros2_probe._proc_pid`` goes through ``NSpid``."""
+    out = subprocess.run(["unshare", "-p", "-f", "--kill-child", sys.executable, "-c", _FIND_CHILD],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
     child, found, argv = out.stdout.split(maxsplit=2)
     assert found != child and argv.strip() == "['sleep', '30']", (out.stdout, out.stderr)
 
