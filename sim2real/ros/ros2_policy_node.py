@@ -35,7 +35,6 @@ from robolearn.sim2real.robots.base import RobotFeatures
 from robolearn.sim2real.ros.common import apply_control_transport
 from robolearn.sim2real.ros.node_common import (
     LOG_FORMAT,
-    PolicySettings,
     add_policy_arguments,
     drive_policy,
     load_features,
@@ -80,11 +79,6 @@ def main(argv: list[str] | None = None) -> int:
     # recorder) must not stall this process's publish, and its control loop, for a second
     # (common.control_node_transport).
     apply_control_transport(log, NODE)
-    return _serve(args, settings)
-
-
-def _serve(args: argparse.Namespace, settings: PolicySettings) -> int:
-    """:func:`main` once the transport is chosen."""
     topics = settings.topics
     from std_msgs.msg import Bool, String
 

@@ -103,11 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     # Off Fast DDS's shared-memory transport before rclpy starts (common.control_node_transport says
     # why: a dead reader can stall a publish ~1 s with the GIL held, and the watchdog with it).
     apply_control_transport(log, NODE)
-    return _serve(args)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    """:func:`main` once the transport is chosen."""
     from std_msgs.msg import Bool, Float64, String
 
     from robolearn.sim2real.ros import ros2
