@@ -81,11 +81,11 @@ def _proc_pid(child: int) -> int | None:
 def _shm_segments(child: int) -> list[str] | None:
     """The Fast DDS shared-memory files this process's child ``child`` has mapped (``None``: not found)."""
     pid = _proc_pid(child)
+    if pid is None:
+        return None
     try:
-        lines = Path(f"/proc/{pid}/maps").read_text().splitlines() if pid is not None else None
-    except OSError:
-        lines = None
-    if lines is None:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:  # it ended
         return None
     # the path is the sixth field and may carry spaces (" (deleted)" once unlinked)
     return sorted({line.split(None, 5)[-1] for line in lines if "/dev/shm/fastdds" in line})
