@@ -37,7 +37,7 @@ def main() -> None:
     if args.runs < 1:
         raise SystemExit(f"--runs: expected a count >= 1, got {args.runs}")
     from tests.deploy_support import export_cartpole_lqr
-    from tests.test_ros2 import ROS2_PYTHON, _namespace_command, scenario_env
+    from tests.test_ros2 import _namespace_command, probe_command, scenario_env
 
     unshare, reason = _namespace_command()
     if unshare is None:
@@ -48,9 +48,7 @@ def main() -> None:
     for run in range(args.runs):
         for transport in args.transports:
             env = scenario_env() | ({"FASTDDS_BUILTIN_TRANSPORTS": "DEFAULT"} if transport == "shm" else {})
-            folder = work / f"{transport}{run}"
-            command = (f"ip link set lo up && exec {ROS2_PYTHON} -m robolearn.sim2real.ros.ros2_probe "
-                       f"--policy {policy} --workdir {folder} --balance-s {args.balance_s}")
+            command = probe_command(policy, work / f"{transport}{run}", args.balance_s)
             out = subprocess.run([*unshare, "sh", "-c", command], capture_output=True, text=True, timeout=300,
                                  env=env, cwd=REPO)
             lines = out.stdout.strip().splitlines()
@@ -66,6 +64,7 @@ def main() -> None:
         print(json.dumps({"transport": transport, "runs": len(values), "hold_s_min": done[0] if done else None,
                           "hold_s_max": done[-1] if done else None, "over_0_3_s": sum(h > 0.3 for h in done),
                           "no_hold": len(values) - len(done), "work_dir": str(work)}))
+
 
 if __name__ == "__main__":
     main()

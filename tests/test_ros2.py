@@ -44,6 +44,14 @@ def scenario_env() -> dict[str, str]:
     """This process's environment with :data:`ENV`, less any Fast DDS variable: a transport or
     profile set in the caller's shell would decide the nodes' transport instead of the code under test."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("FASTDDS_", "FASTRTPS_"))} | ENV
+
+
+def probe_command(policy: Path, workdir: Path, balance_s: float) -> str:
+    """The shell command that runs the scenario's probe inside the namespaces (loopback up first)."""
+    return (f"ip link set lo up && exec {ROS2_PYTHON} -m robolearn.sim2real.ros.ros2_probe "
+            f"--policy {policy} --workdir {workdir} --balance-s {balance_s}")
+
+
 BALANCE_S = 10.0
 EFFORT_LIMIT = 1.0
 """Cartpole-Balance's cart force limit (the robot node's features)."""
@@ -83,8 +91,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
         raise pytest.skip.Exception(reason)
     work = tmp_path_factory.mktemp("ros2")
     policy = export_cartpole_lqr(work / "policy")
-    command = (f"ip link set lo up && exec {ROS2_PYTHON} -m robolearn.sim2real.ros.ros2_probe "
-               f"--policy {policy} --workdir {work / 'run'} --balance-s {BALANCE_S}")
+    command = probe_command(policy, work / "run", BALANCE_S)
     # Everything runs in the namespaces and dies with them; the timeout ends a hung scenario.
     out = subprocess.run([*unshare, "sh", "-c", command], capture_output=True, text=True, timeout=300,
                          env=scenario_env(), cwd=REPO)

@@ -228,6 +228,7 @@ def apply_control_transport(logger: logging.Logger, node: str) -> NodeTransport:
     (logger.warning if transport.shared_memory else logger.info)("%s: %s", node, transport.summary)
     return transport
 
+
 class MalformedMessage(ValueError):
     """A message that cannot be used (field, value and expectation named)."""
 
