@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from robolearn.algos.common import compile_step
+from robolearn.algos.noise import ColoredNoise
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer
@@ -94,6 +95,9 @@ class SAC:
         """Gradient steps taken on the critic (host counter; drives ``policy_delay``)."""
         self._compiled_step: Callable[..., dict[str, torch.Tensor]] | None = None
         """:meth:`_gradient_step` under ``torch.compile`` (``cfg.compile``), built at the first step."""
+        self.action_noise: ColoredNoise | None = None
+        """The coloured exploration noise of ``cfg.action_noise_beta > 0``, built at the first :meth:`act`
+        for its number of worlds; ``None`` with white noise."""
 
     # -- acting -------------------------------------------------------------------------------
     @property
@@ -105,11 +109,24 @@ class SAC:
     def act(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Exploration actions ``[N, A]``: uniform in the bounds until ``learning_starts``, then sampled."""
         x = obs[self.actor_group].to(self.device)
+        z = self._colored_noise(x.shape[0]) if self.cfg.action_noise_beta > 0 else None
         if len(self.replay) < self.cfg.learning_starts:
-            u = torch.rand((x.shape[0], self.action_dim), generator=self.generator, device=self.device)
+            if z is None:
+                u = torch.rand((x.shape[0], self.action_dim), generator=self.generator, device=self.device)
+            else:  # the normal CDF keeps the uniform marginal and the sequence's correlation in time
+                u = 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))
             return self.actor.action_offset + self.actor.action_scale * (2.0 * u - 1.0)
-        action, _ = self.actor(x, generator=self.generator)
+        action, _ = self.actor(x, generator=self.generator, noise=z)
         return action
+
+    def _colored_noise(self, num_worlds: int) -> torch.Tensor:
+        """The next coloured noise sample ``[N, A]``, (re)building the noise for ``num_worlds`` worlds."""
+        if self.action_noise is None or self.action_noise.num_worlds != num_worlds:
+            self.action_noise = ColoredNoise(
+                self.cfg.action_noise_beta, self.cfg.action_noise_length, num_worlds, self.action_dim,
+                self.generator, self.device,
+            )
+        return self.action_noise.sample()
 
     @torch.inference_mode()
     def act_inference(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -142,6 +159,10 @@ class SAC:
             )
         if action is None or reward is None or next_obs is None or terminated is None:
             raise ValueError("process: expected a Transition or obs, action, reward, next_obs, terminated")
+        if self.action_noise is not None and terminated.shape[0] == self.action_noise.num_worlds:
+            # A world whose episode ended starts a fresh noise sequence with its next episode.
+            ended = terminated.to(torch.bool) if truncated is None else terminated.to(torch.bool) | truncated.to(torch.bool)
+            self.action_noise.reset(ended)
         groups = {self.actor_group, self.critic_group}
         self.replay.add(
             {g: obs[g] for g in groups},
@@ -282,6 +303,8 @@ class SAC:
             "num_updates": self.num_updates,
             "sampler": self.sampler.state_dict(),
         }
+        if self.action_noise is not None:
+            state["action_noise"] = self.action_noise.state_dict()
         if include_replay:
             state["replay"] = self.replay.state_dict()
         return state
@@ -313,5 +336,15 @@ class SAC:
         if "generator" in state:
             self.generator.set_state(state["generator"])
         self.num_updates = int(state.get("num_updates", 0))
+        noise = state.get("action_noise")
+        if noise is not None and self.cfg.action_noise_beta > 0:
+            # The same sequences and positions: a resumed run continues the exploration it was making.
+            self.action_noise = ColoredNoise(
+                self.cfg.action_noise_beta, self.cfg.action_noise_length, int(noise["buffer"].shape[0]),
+                self.action_dim, self.generator, self.device,
+            )
+            self.action_noise.load_state_dict(noise)
+            if "generator" in state:  # building the noise drew from the generator: back to the checkpoint's stream
+                self.generator.set_state(state["generator"])
         if "sampler" in state:
             self.sampler.load_state_dict(state["sampler"])

@@ -62,6 +62,17 @@ class SACConfig:
     """Observation group the actor reads."""
     critic_obs_group: str | None = None
     """Observation group the critic reads; ``None`` means the actor's."""
+    action_noise_beta: float = 0.0
+    """Colour of the exploration noise: the Gaussian policy's noise (and, before ``learning_starts``,
+    the uniform random actions) drawn as per-world sequences with power spectrum ``1/f^beta``
+    (:mod:`robolearn.algos.noise`). 0 draws independently at every step (SAC's own); 1 is pink
+    noise, which Eberhard et al. (ICLR 2023) found a good default and which makes the swing-ups
+    learn; 2 is red. The marginal stays standard normal (uniform before ``learning_starts``), so
+    only the correlation between steps changes; the updates still draw white noise."""
+    action_noise_length: int = 1000
+    """Samples per noise sequence when ``action_noise_beta > 0``: the episode length (a sequence per
+    episode; a world's sequence restarts when its episode ends). The slowest correlation lasts about
+    this many steps."""
     compile: bool = False
     """Run each gradient step (critic, actor, alpha, target lerp) under ``torch.compile``; the random
     draws stay outside the graph, from the same generator in the same order. Numerics match the
@@ -91,6 +102,10 @@ class SACConfig:
             raise ValueError(f"compile_mode: unknown {self.compile_mode!r}; expected one of {', '.join(COMPILE_MODES)}")
         if self.actor_q_reduction not in ("min", "mean"):
             raise ValueError(f"actor_q_reduction: expected 'min' or 'mean', got {self.actor_q_reduction!r}")
+        if self.action_noise_beta < 0:
+            raise ValueError(f"action_noise_beta: expected >= 0 (0 white, 1 pink, 2 red), got {self.action_noise_beta}")
+        if self.action_noise_length < 2:
+            raise ValueError(f"action_noise_length: expected >= 2 samples per sequence, got {self.action_noise_length}")
         if self.learning_starts < 0:
             raise ValueError(f"learning_starts: expected >= 0, got {self.learning_starts}")
         self.actor_hidden = tuple(self.actor_hidden)
