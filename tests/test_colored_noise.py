@@ -1,4 +1,4 @@
-"""Coloured exploration noise (robolearn.algos.noise) and its wiring into SAC's acting."""
+"""Coloured exploration noise (robolearn.nn.noise) and its wiring into SAC's acting."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from robolearn.algos.noise import ColoredNoise, colored_sequences, noise_scales
+from robolearn.nn.noise import ColoredNoise, colored_sequences, noise_scales
 from robolearn.algos.sac import SAC, SACConfig
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from robolearn.algos.common import compile_step
-from robolearn.algos.noise import ColoredNoise
+from robolearn.nn.noise import ColoredNoise
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer

@@ -65,7 +65,7 @@ class SACConfig:
     action_noise_beta: float = 0.0
     """Colour of the exploration noise: the Gaussian policy's noise (and, before ``learning_starts``,
     the uniform random actions) drawn as per-world sequences with power spectrum ``1/f^beta``
-    (:mod:`robolearn.algos.noise`). 0 draws independently at every step (SAC's own); 1 is pink
+    (:mod:`robolearn.nn.noise`). 0 draws independently at every step (SAC's own); 1 is pink
     noise, which Eberhard et al. (ICLR 2023) found a good default and which makes the swing-ups
     learn; 2 is red. The marginal stays standard normal (uniform before ``learning_starts``), so
     only the correlation between steps changes; the updates still draw white noise."""
