@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from robolearn.nn.noise import ColoredNoise, colored_sequences, noise_scales
 from robolearn.algos.sac import SAC, SACConfig
+from robolearn.nn.noise import ColoredNoise, colored_sequences, noise_scales
 
 
 def _lag1(x: torch.Tensor) -> float:

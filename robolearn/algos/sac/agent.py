@@ -14,13 +14,13 @@ from typing import Any
 import torch
 
 from robolearn.algos.common import compile_step
-from robolearn.nn.noise import ColoredNoise
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer
 from robolearn.data.sampler import ReplaySampler, Sampler
 from robolearn.nn.actors import TanhGaussianActor
 from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
+from robolearn.nn.noise import ColoredNoise
 from robolearn.nn.policy import SquashedMean, deployable
 from robolearn.types import Batch, Obs, Transition
 
