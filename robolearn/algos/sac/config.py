@@ -66,8 +66,9 @@ class SACConfig:
     """Colour of the exploration noise: the Gaussian policy's noise (and, before ``learning_starts``,
     the uniform random actions) drawn as per-world sequences with power spectrum ``1/f^beta``
     (:mod:`robolearn.nn.noise`). 0 draws independently at every step (SAC's own); 1 is pink
-    noise, which Eberhard et al. (ICLR 2023) found a good default and which makes the swing-ups
-    learn; 2 is red. The marginal stays standard normal (uniform before ``learning_starts``), so
+    noise, which Eberhard et al. (ICLR 2023) recommend as the default for SAC and MPO; 2 is red.
+    On Pendulum-Swingup at 50k env steps pink did no better than white over 3 seeds
+    (BENCHMARKS.md, "Session 25"). The marginal stays standard normal (uniform before ``learning_starts``), so
     only the correlation between steps changes; the updates still draw white noise."""
     action_noise_length: int = 1000
     """Samples per noise sequence when ``action_noise_beta > 0``: the episode length (a sequence per
