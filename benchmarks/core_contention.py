@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from typing import Any
 import torch
 
 from robolearn.benchmark.schedule import Run, RunState, command, run_env
-from robolearn.benchmark.table import load_table
+from robolearn.benchmark.table import Entry, Table, load_table
 
 
 def train_seconds(run_dir: Path) -> float | None:
@@ -51,20 +52,30 @@ def train_seconds(run_dir: Path) -> float | None:
     return last
 
 
-def run_copies(pair: str, copies: int, env_steps: int, work: Path, table_name: str) -> list[float]:
-    """Train ``copies`` short runs of ``pair`` (``<entry>:<lib>``) at once; their training seconds."""
-    entry_id, lib = pair.split(":")
-    table = load_table(table_name)
-    entry = next((e for e in table.entries if e.id == entry_id), None)
-    if entry is None:
-        raise SystemExit(f"--pairs: no entry {entry_id!r} in table {table_name!r}")
+def parse_pair(pair: str, table: Table) -> tuple[Entry, str]:
+    """``<entry>:<lib>`` as the table's entry and a library it runs; a clear error otherwise."""
+    entry_id, _, lib = pair.partition(":")
+    try:
+        entry = table.entry(entry_id)
+    except KeyError as exc:
+        raise SystemExit(f"--pairs {pair!r}: {exc.args[0]}") from None
     if lib not in table.libs:
-        raise SystemExit(f"--pairs: lib {lib!r} is not one of {list(table.libs)}")
+        raise SystemExit(f"--pairs {pair!r}: lib {lib!r} is not one of {list(table.libs)}")
+    return entry, lib
+
+
+def run_copies(
+    entry: Entry, lib: str, copies: int, env_steps: int, work: Path, table: Table, phase: str
+) -> list[float]:
+    """Train ``copies`` short runs of ``entry`` by ``lib`` at once, under ``work/<entry>.<lib>.<phase>``;
+    their training seconds."""
     short = dataclasses.replace(entry, env_steps=env_steps, eval_every=env_steps)
     env = run_env()
     procs = []
     for seed in range(copies):
-        run_dir = work / f"{entry_id}.{lib}.x{copies}" / f"seed{seed}"
+        # "alone" and "x<N>" apart (--copies 1 runs both); a folder left by an earlier call is replaced.
+        run_dir = work / f"{entry.id}.{lib}.{phase}" / f"seed{seed}"
+        shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         run = Run(short, lib, seed, run_dir)
         log = (run_dir.parent / f"seed{seed}.log").open("wb")
@@ -76,7 +87,7 @@ def run_copies(pair: str, copies: int, env_steps: int, work: Path, table_name: s
         log.close()
         secs = train_seconds(run_dir)
         if code != 0 or secs is None:
-            raise SystemExit(f"{pair} x{copies}: a run failed (exit {code}); see {run_dir.parent}")
+            raise SystemExit(f"{entry.id}:{lib} {phase}: a run failed (exit {code}); see {run_dir.parent}")
         out.append(secs)
     return out
 
@@ -93,11 +104,13 @@ def main() -> int:
     p.add_argument("--json", default=None, help="write the measurements here")
     args = p.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="contention-"))
+    table = load_table(args.table)
+    pairs = [(pair, *parse_pair(pair, table)) for pair in args.pairs]  # every pair checked before any run
     rows: list[dict[str, Any]] = []
-    for pair in args.pairs:
+    for pair, entry, lib in pairs:
         t0 = time.monotonic()
-        alone = run_copies(pair, 1, args.env_steps, work, args.table)
-        loaded = run_copies(pair, args.copies, args.env_steps, work, args.table)
+        alone = run_copies(entry, lib, 1, args.env_steps, work, table, "alone")
+        loaded = run_copies(entry, lib, args.copies, args.env_steps, work, table, f"x{args.copies}")
         rows.append({"pair": pair, "alone_s": alone[0], "loaded_s": loaded,
                      "ratio": statistics.median(loaded) / alone[0], "wall_s": time.monotonic() - t0})
         sys.stderr.write(f"{pair}: alone {alone[0]:.1f} s, x{args.copies} median {statistics.median(loaded):.1f} s\n")
