@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 # rospy (Debian's 1.15) still calls Condition.notifyAll.
@@ -77,7 +78,7 @@ from robolearn.sim2real.robots.base import RobotError, RobotFeatures  # noqa: E4
 from robolearn.sim2real.ros import ros1  # noqa: E402
 from robolearn.sim2real.ros.common import MalformedMessage, Topics, node_parameters, write_parameters  # noqa: E402
 from robolearn.sim2real.ros.ros1_policy_node import load_features  # noqa: E402
-from tests.deploy_support import export_cartpole_lqr  # noqa: E402
+from tests.deploy_support import export_cartpole_lqr, lqr_network  # noqa: E402
 
 ROSMASTER = shutil.which("rosmaster") or "/usr/bin/rosmaster"
 SAFETY = {"max_delta": 0.005, "ramp_s": 0.0, "stale_timeout_s": 0.1, "exit_s": 0.2, "damping": 1.0}
@@ -642,11 +643,24 @@ def test_a_recorded_bag_trains_a_policy_with_the_offline_runner(balance: Balance
     summary = json.loads((run / "summary.json").read_text())
     policy = robolearn.load_policy(run)
     predicted = policy.act({"policy": data.observations["policy"]})[:, 0]
-    mae = float((predicted - data.actions[:, 0]).abs().mean())
-    spread = float((data.actions[:, 0] - data.actions[:, 0].mean()).abs().mean())
-    print(f"\nBC on the recorded bag ({len(data)} steps): command MAE {mae:.5f} (commands' mean absolute deviation "
-          f"{spread:.5f}), final eval return {summary['final_eval_return']:.1f}")
-    assert mae < spread / 5  # the commands the controller sent, on its own logged states
+    sent = data.actions[:, 0]
+    mae = float((predicted - sent).abs().mean())
+    spread = float((sent - sent.mean()).abs().mean())
+    corr = float(torch.corrcoef(torch.stack([predicted, sent]))[0, 1])
+    # The controller itself on the logged states: how well the import lined states up with the
+    # commands computed from them (the floor for any policy of those states; printed, so that a
+    # failure shows whether the log or the learner was off).
+    replayed = lqr_network()(data.observations["policy"]).detach().clamp(-1.0, 1.0)[:, 0]
+    floor = float((replayed - sent).abs().mean())
+    print(f"\nBC on the recorded bag ({len(data)} steps): command MAE {mae:.5f}, correlation {corr:.4f} (commands' "
+          f"mean absolute deviation {spread:.5f}; the controller on the logged states {floor:.5f}), final eval "
+          f"return {summary['final_eval_return']:.1f}")
+    # The commands are ~1e-3 in size and 1,000 steps of BC sit on the edge of fitting them: over five
+    # logs x five seeds here the MAE was spread/3.6 to spread/8.9 (spread/3.5 in one fresh-clone run)
+    # and the correlation 0.985 to 0.998. A policy that ignores its states has a correlation near 0
+    # and an MAE near the spread; a sign or a scale off in the action mapping fails one or the other.
+    assert corr > 0.95
+    assert mae < spread / 2
 
 
 def test_killing_the_policy_makes_the_robot_hold_within_0_3_s(balance: BalanceRun) -> None:
