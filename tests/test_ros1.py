@@ -655,10 +655,15 @@ def test_a_recorded_bag_trains_a_policy_with_the_offline_runner(balance: Balance
     print(f"\nBC on the recorded bag ({len(data)} steps): command MAE {mae:.5f}, correlation {corr:.4f} (commands' "
           f"mean absolute deviation {spread:.5f}; the controller on the logged states {floor:.5f}), final eval "
           f"return {summary['final_eval_return']:.1f}")
-    # The commands are ~1e-3 in size and 1,000 steps of BC sit on the edge of fitting them: over five
-    # logs x five seeds here the MAE was spread/3.6 to spread/8.9 (spread/3.5 in one fresh-clone run)
-    # and the correlation 0.985 to 0.998. A policy that ignores its states has a correlation near 0
-    # and an MAE near the spread; a sign or a scale off in the action mapping fails one or the other.
+    # The import: the controller replayed on the logged states was off by spread/44 to spread/11 over
+    # fourteen logs here (under the table's load); a sign flipped in the action mapping gives a negative correlation, a scale off
+    # by 2x an error near spread/2, states paired with the wrong commands both.
+    assert float(torch.corrcoef(torch.stack([replayed, sent]))[0, 1]) > 0.95
+    assert floor < spread / 3
+    # The learner: the commands are ~1e-3 in size and 1,000 steps of BC sit on the edge of fitting
+    # them: over five logs x five seeds here the MAE was spread/3.6 to spread/8.9 (spread/3.5 in one
+    # fresh-clone run) and the correlation 0.985 to 0.998. A policy that ignores its states has a
+    # correlation near 0 and an MAE near the spread.
     assert corr > 0.95
     assert mae < spread / 2
 
