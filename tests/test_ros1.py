@@ -621,6 +621,11 @@ def test_the_recorded_bag_imports_with_the_published_rewards(balance: BalanceRun
     assert diff.max() <= 2e-3
 
 
+def _correlation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Pearson correlation of two 1-D series."""
+    return float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+
+
 def test_a_recorded_bag_trains_a_policy_with_the_offline_runner(balance: BalanceRun, tmp_path: Path) -> None:
     """The balancing run's bag, imported to a dataset file, trains a policy with the offline runner
     (behaviour cloning of the commands the controller sent through ROS) that reproduces those
@@ -646,7 +651,7 @@ def test_a_recorded_bag_trains_a_policy_with_the_offline_runner(balance: Balance
     sent = data.actions[:, 0]
     mae = float((predicted - sent).abs().mean())
     spread = float((sent - sent.mean()).abs().mean())
-    corr = float(torch.corrcoef(torch.stack([predicted, sent]))[0, 1])
+    corr = _correlation(predicted, sent)
     # The controller itself on the logged states: how well the import lined states up with the
     # commands computed from them (the floor for any policy of those states; printed, so that a
     # failure shows whether the log or the learner was off).
@@ -658,7 +663,7 @@ def test_a_recorded_bag_trains_a_policy_with_the_offline_runner(balance: Balance
     # The import: the controller replayed on the logged states was off by spread/44 to spread/11 over
     # fourteen logs here (under the table's load); a sign flipped in the action mapping gives a negative correlation, a scale off
     # by 2x an error near spread/2, states paired with the wrong commands both.
-    assert float(torch.corrcoef(torch.stack([replayed, sent]))[0, 1]) > 0.95
+    assert _correlation(replayed, sent) > 0.95
     assert floor < spread / 3
     # The learner: the commands are ~1e-3 in size and 1,000 steps of BC sit on the edge of fitting
     # them: over five logs x five seeds here the MAE was spread/3.6 to spread/8.9 (spread/3.5 in one
