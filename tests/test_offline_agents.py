@@ -285,6 +285,20 @@ def test_asymmetric_groups_and_bad_inputs_are_named():
     assert CalQLConfig().calibrated and not CQLConfig().calibrated
 
 
+@pytest.mark.parametrize("config", [IQLConfig, TD3BCConfig, CQLConfig, CalQLConfig])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("batch_size", 2.5), ("num_critics", 0), ("buffer_size", True), ("gamma", 1.5), ("tau", 0.0), ("actor_lr", 0.0),
+     ("critic_lr", -1e-3)],
+)
+def test_the_shared_offline_fields_are_checked_by_every_learner(config, field, value):
+    # The four configs take these fields from one base: each must still run its checks (a subclass
+    # whose __post_init__ forgot super() would take any of these values).
+    with pytest.raises(ValueError, match=f"^{field}: expected"):
+        config(**{field: value})
+    assert config().critic_group == "policy" and config(critic_obs_group="critic").critic_group == "critic"
+
+
 def test_iql_actor_learning_rate_follows_a_cosine_to_zero():
     cls, cfg = _cfg("iql")
     cfg.actor_lr_decay_steps = 4

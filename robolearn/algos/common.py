@@ -1,5 +1,5 @@
-"""What the learners share that is not a network: the verbs of the offline learners, the
-entropy-temperature loss of SAC and CQL, and PPO's clipped surrogate (PPO and the distillation
+"""What the learners share that is not a network: the verbs of the offline learners and the config
+fields of their actor-critics, the entropy-temperature loss of SAC and CQL, and PPO's clipped surrogate (PPO and the distillation
 student's AACD mode).
 
 ``robolearn/algos/<name>/`` packages never import one another (DESIGN.md); a block two of them
@@ -10,6 +10,7 @@ share lives in ``robolearn/nn`` when it is a network and here when it is learner
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -17,9 +18,94 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from robolearn.data.replay import ReplayBuffer
-from robolearn.nn.offline import DeterministicActor, NetSpec, ObsNormalization, check_groups, make_hl_gauss
+from robolearn.nn.offline import (
+    DeterministicActor,
+    NetSpec,
+    ObsNormalization,
+    check_critic_fields,
+    check_groups,
+    make_hl_gauss,
+)
 from robolearn.nn.policy import SquashedMean, deployable
 from robolearn.types import Batch, Transition
+
+
+def check_count(name: str, value: Any) -> None:
+    """Reject anything but a whole number >= 1 (a bool or 2.5 included); the message names the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 1:
+        raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+
+
+@dataclass
+class OfflineCriticConfig:
+    """The fields every offline actor-critic (TD3+BC, IQL, CQL and Cal-QL) has, at CORL's values;
+    each learner's config adds its own and redeclares a field where its CORL default differs.
+
+    Subclasses validate their own fields in ``__post_init__`` after calling this one's.
+    """
+
+    batch_size: int = 256
+    """Transitions per gradient step (CORL: 256)."""
+    gamma: float = 0.99
+    """Discount factor (CORL: 0.99)."""
+    tau: float = 0.005
+    """Polyak rate of the target networks: ``target <- (1 - tau) * target + tau * online`` (CORL: 0.005)."""
+    actor_lr: float = 3e-4
+    """Adam learning rate of the actor (CORL: 3e-4)."""
+    critic_lr: float = 3e-4
+    """Adam learning rate of the Q ensemble (CORL ``qf_lr``: 3e-4)."""
+    num_critics: int = 2
+    """Q networks in the ensemble; TD targets take the min over their targets (CORL: twin Q)."""
+    actor_hidden: tuple[int, ...] = (256, 256)
+    """Actor hidden layer widths (CORL: 256x2)."""
+    critic_hidden: tuple[int, ...] = (256, 256)
+    """Q hidden layer widths (CORL: 256x2)."""
+    activation: str = "relu"
+    """Hidden activation of every network (CORL: ReLU)."""
+    layer_norm: bool = False
+    """LayerNorm after each hidden layer of the critics (and of IQL's V); set SAC's ``layer_norm``
+    alike to continue online from these critics."""
+    actor_obs_group: str = "policy"
+    """Observation group the actor reads."""
+    critic_obs_group: str | None = None
+    """Observation group the critics (and IQL's V) read; ``None`` means the actor's."""
+    buffer_size: int = 1_000_000
+    """Online transitions kept when the learner acts in an env (``process``; offline-to-online)."""
+    critic_type: str = "mse"
+    """``mse``: scalar Q with a squared TD error (checkpoints load into SAC); ``hl_gauss``:
+    ``num_bins`` logits trained by cross-entropy (IQL's V stays scalar)."""
+    num_bins: int = 51
+    """HL-Gauss bins (Farebrother et al. 2024 use 51 on Atari)."""
+    v_min: float | None = None
+    """Lower end of the HL-Gauss support; required with ``hl_gauss`` (about ``r_min / (1 - gamma)``)."""
+    v_max: float | None = None
+    """Upper end of the HL-Gauss support; required with ``hl_gauss``."""
+
+    def __post_init__(self) -> None:
+        """Validate the shared fields; a bad value names the field."""
+        for name in ("batch_size", "num_critics", "buffer_size"):
+            check_count(name, getattr(self, name))
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma: expected a value in [0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau: expected a value in (0, 1], got {self.tau}")
+        for name in ("actor_lr", "critic_lr"):
+            if not float(getattr(self, name)) > 0.0:
+                raise ValueError(f"{name}: expected a learning rate > 0, got {getattr(self, name)!r}")
+        check_critic_fields(self.critic_type, self.num_bins, self.v_min, self.v_max)
+        self.actor_hidden = tuple(self.actor_hidden)
+        self.critic_hidden = tuple(self.critic_hidden)
+
+    @property
+    def critic_group(self) -> str:
+        """The group the critics actually read."""
+        return self.critic_obs_group or self.actor_obs_group
+
+
+def check_exploration_noise(value: float) -> None:
+    """Validate a deterministic actor's ``exploration_noise`` (a finite value >= 0)."""
+    if not 0.0 <= float(value) < float("inf"):
+        raise ValueError(f"exploration_noise: expected a finite value >= 0, got {value!r}")
 
 
 class OfflineLearner:
@@ -272,4 +358,14 @@ def surrogate_loss(
     return masked_mean(torch.maximum(unclipped, clipped), mask)
 
 
-__all__ = ["CUDA_GRAPH_MODES", "OfflineLearner", "alpha_loss", "compile_step", "masked_mean", "surrogate_loss"]
+__all__ = [
+    "CUDA_GRAPH_MODES",
+    "OfflineCriticConfig",
+    "OfflineLearner",
+    "alpha_loss",
+    "check_count",
+    "check_exploration_noise",
+    "compile_step",
+    "masked_mean",
+    "surrogate_loss",
+]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from robolearn.nn.offline import check_critic_fields
+from robolearn.algos.common import OfflineCriticConfig, check_count
 
 
 @dataclass
-class CQLConfig:
+class CQLConfig(OfflineCriticConfig):
     """Conservative Q-Learning, CQL(H) (Kumar et al., 2020), and Cal-QL (Nakamoto et al., 2023) with
     ``calibrated=True``.
 
@@ -17,21 +17,15 @@ class CQLConfig:
     (``configs/offline/cql/{halfcheetah,hopper,walker2d}/*.yaml``). Other domains there: Adroit uses
     ``cql_alpha=1.0, actor_lr=1e-4``; AntMaze ``cql_alpha=5.0, cql_lagrange=True,
     cql_target_action_gap=0.8, cql_max_target_backup=True, cql_clip_diff_min=-200, actor_lr=1e-4``
-    and five 256-wide critic layers.
+    and five 256-wide critic layers. The fields every offline actor-critic shares (batch, discount,
+    critic learning rate, ensemble size, observation groups, the HL-Gauss head) are
+    :class:`OfflineCriticConfig`'s; this class redeclares those whose CORL default differs.
     """
 
-    batch_size: int = 256
-    """Transitions per gradient step (CORL: 256)."""
-    gamma: float = 0.99
-    """Discount factor (CORL: 0.99)."""
-    tau: float = 0.005
-    """Polyak rate of the target critics (CORL ``soft_target_update_rate``: 0.005)."""
     target_update_period: int = 1
     """Target critics are lerped every this many updates (CORL: 1)."""
     actor_lr: float = 3e-5
     """Adam learning rate of the actor (CORL ``policy_lr``, locomotion: 3e-5)."""
-    critic_lr: float = 3e-4
-    """Adam learning rate of the critics (CORL ``qf_lr``: 3e-4)."""
     alpha_lr: float = 3e-5
     """Adam learning rate of ``log_alpha`` (CORL reuses ``policy_lr``)."""
     init_alpha: float = 1.0
@@ -75,47 +69,20 @@ class CQLConfig:
     calibrated: bool = False
     """Cal-QL: policy-action Q-values in the gap become ``max(Q, mc_return)``; reads
     ``batch.extras["mc_return"]`` ``[B]`` (Monte-Carlo discounted return-to-go of the data)."""
-    num_critics: int = 2
-    """Critics in the ensemble; targets and the actor take their min (CORL: twin)."""
     actor_hidden: tuple[int, ...] = (256, 256, 256)
     """Actor hidden layer widths (CORL: three layers of 256)."""
     critic_hidden: tuple[int, ...] = (256, 256, 256)
     """Critic hidden layer widths (CORL ``q_n_hidden_layers``: 3 of 256 on locomotion)."""
-    activation: str = "relu"
-    """Hidden activation of both networks (CORL: ReLU)."""
-    layer_norm: bool = False
-    """LayerNorm after each hidden layer of the critics (set SAC's ``layer_norm`` alike to resume there)."""
     orthogonal_init: bool = True
     """CORL's init: critic hidden layers orthogonal (gain sqrt 2, zero bias), critic output layer
     orthogonal with gain 1e-2, actor output layer Xavier-uniform with gain 1e-2 (zero bias), so
     initial Q-values are ~0 and the initial policy is near-centred. False: torch defaults (as SAC)."""
-    actor_obs_group: str = "policy"
-    """Observation group the actor reads."""
-    buffer_size: int = 1_000_000
-    """Online transitions kept when the learner acts in an env (``process``; offline-to-online)."""
-    critic_obs_group: str | None = None
-    """Observation group the critics read; ``None`` means the actor's."""
-    critic_type: str = "mse"
-    """``mse``: scalar critics (checkpoints load into SAC); ``hl_gauss``: ``num_bins`` logits trained by
-    cross-entropy, the conservative term on their expected values."""
-    num_bins: int = 51
-    """HL-Gauss bins (Farebrother et al. 2024 use 51 on Atari)."""
-    v_min: float | None = None
-    """Lower end of the HL-Gauss support; required with ``hl_gauss``."""
-    v_max: float | None = None
-    """Upper end of the HL-Gauss support; required with ``hl_gauss``."""
 
     def __post_init__(self) -> None:
         """Validate ranges; a bad value names the field."""
-        if isinstance(self.buffer_size, bool) or int(self.buffer_size) != self.buffer_size or self.buffer_size < 1:
-            raise ValueError(f"buffer_size: expected an integer >= 1, got {self.buffer_size!r}")
-        for name in ("batch_size", "target_update_period", "cql_n_actions", "num_critics"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma: expected a value in [0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau: expected a value in (0, 1], got {self.tau}")
+        super().__post_init__()
+        for name in ("target_update_period", "cql_n_actions"):
+            check_count(name, getattr(self, name))
         for name in ("init_alpha", "cql_temp"):
             if getattr(self, name) <= 0.0:
                 raise ValueError(f"{name}: expected > 0, got {getattr(self, name)}")
@@ -126,14 +93,6 @@ class CQLConfig:
             raise ValueError(
                 f"cql_clip_diff_max: expected > cql_clip_diff_min ({self.cql_clip_diff_min}), got {self.cql_clip_diff_max}"
             )
-        check_critic_fields(self.critic_type, self.num_bins, self.v_min, self.v_max)
-        self.actor_hidden = tuple(self.actor_hidden)
-        self.critic_hidden = tuple(self.critic_hidden)
-
-    @property
-    def critic_group(self) -> str:
-        """The group the critics actually read."""
-        return self.critic_obs_group or self.actor_obs_group
 
 
 @dataclass
