@@ -334,3 +334,43 @@ def _train(task: str, env_steps: int) -> tuple[float, float, float]:
 def test_sac_improves_cartpole_balance_quickly():
     before, after, seconds = _train("Cartpole-Balance", 2000)
     assert after > before + 20.0 and after > 175.0, (before, after, seconds)
+
+
+def test_the_traceable_adam_step_is_adams_own_step() -> None:
+    # adam_step_ (the compiled SAC step's optimiser) against torch.optim.Adam.step on copies of the
+    # same parameters and gradients: same parameters and the same state, in Adam's own format, so a
+    # checkpoint of a compiled run resumes eagerly and the other way round. Two param groups with
+    # their own learning rates and betas: a mix-up of groups or a bias correction off by one step
+    # (1 - beta ** (t - 1)) fails it.
+    from robolearn.algos.common import adam_step_, init_adam_state
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(3, 4), (4,), (2, 3)]
+    ref = [torch.randn(s, generator=gen, requires_grad=True) for s in shapes]
+    mine = [p.detach().clone().requires_grad_(True) for p in ref]
+
+    def groups(ps: list[torch.Tensor]) -> list[dict]:
+        return [{"params": ps[:2], "lr": 1e-2}, {"params": ps[2:], "lr": 3e-3, "betas": (0.5, 0.9)}]
+
+    opt_ref, opt_mine = torch.optim.Adam(groups(ref), lr=1e-3), torch.optim.Adam(groups(mine), lr=1e-3)
+    init_adam_state(opt_mine)
+    for _ in range(5):
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        for p, g in zip(ref, grads, strict=True):
+            p.grad = g.clone()
+        opt_ref.step()
+        adam_step_(opt_mine, grads)
+    for p, q in zip(ref, mine, strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
+    ref_state, mine_state = opt_ref.state_dict()["state"], opt_mine.state_dict()["state"]
+    assert ref_state.keys() == mine_state.keys()
+    for i in ref_state:
+        assert ref_state[i].keys() == mine_state[i].keys()
+        for key, value in ref_state[i].items():
+            assert mine_state[i][key].dtype == value.dtype and mine_state[i][key].device == value.device
+            torch.testing.assert_close(mine_state[i][key], value, rtol=1e-6, atol=1e-7)
+    assert float(mine_state[0]["step"]) == 5.0
+    with pytest.raises(ValueError, match="expected 3 gradients"):
+        adam_step_(opt_mine, grads[:2])
+    with pytest.raises(ValueError, match="only plain Adam"):
+        init_adam_state(torch.optim.Adam([torch.zeros(2, requires_grad=True)], weight_decay=0.1))

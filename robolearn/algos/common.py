@@ -283,15 +283,18 @@ CUDA_GRAPH_MODES: frozenset[str] = frozenset({"reduce-overhead", "max-autotune"}
 """``torch.compile`` modes that replay the compiled code as CUDA graphs on CUDA."""
 
 
-def compile_step(fn: Callable[..., _Out], mode: str, device: torch.device) -> Callable[..., _Out]:
-    """``fn`` (a learner's gradient step, free of host syncs) under ``torch.compile(mode=mode)``.
+def compile_step(
+    fn: Callable[..., _Out], mode: str, device: torch.device, fullgraph: bool = False
+) -> Callable[..., _Out]:
+    """``fn`` (a learner's gradient step, free of host syncs) under ``torch.compile(mode=mode)``;
+    ``fullgraph`` makes a graph break an error (a step written to be captured whole).
 
     With a CUDA-graph mode on CUDA each call first marks a new step (the previous call's graph
     outputs are dead) and returns clones of the tensors it produced: a graph's outputs live in its
     memory pool and the next replay overwrites them, while a runner may keep the last statistics.
     Elsewhere the compiled function is called as it is.
     """
-    compiled = torch.compile(fn, mode=mode, dynamic=False)
+    compiled = torch.compile(fn, mode=mode, dynamic=False, fullgraph=fullgraph)
     if not (torch.device(device).type == "cuda" and mode in CUDA_GRAPH_MODES):
         return compiled
 
@@ -301,6 +304,63 @@ def compile_step(fn: Callable[..., _Out], mode: str, device: torch.device) -> Ca
         return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, out)
 
     return step
+
+
+def init_adam_state(optimizer: torch.optim.Adam) -> None:
+    """Create the state :meth:`torch.optim.Adam.step` would create lazily (``step``, ``exp_avg``,
+    ``exp_avg_sq`` per parameter, in the same places and dtypes) for every parameter that has none,
+    so :func:`adam_step_` can update it and the optimiser's ``state_dict`` keeps its format.
+    """
+    for group in optimizer.param_groups:
+        if group["amsgrad"] or group["weight_decay"] or group["maximize"]:
+            raise ValueError("adam_step_: only plain Adam (no amsgrad, weight decay or maximize) is supported")
+        on_device = group["capturable"] or group["fused"]
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if not state:
+                state["step"] = (
+                    torch.zeros((), dtype=torch.float32, device=p.device)
+                    if on_device
+                    else torch.tensor(0.0, dtype=torch.float32)
+                )
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def adam_step_(optimizer: torch.optim.Adam, grads: list[torch.Tensor]) -> None:
+    """One :meth:`torch.optim.Adam.step` of a plain Adam with ``grads`` (one per parameter, in the
+    optimiser's order) instead of the parameters' ``.grad``, written with foreach operations and the
+    step counters kept as tensors, so that ``torch.compile`` traces it inside a whole gradient step
+    (``Optimizer.step`` and ``backward`` break a graph). It updates the optimiser's own state as
+    Adam's foreach path does, up to float rounding (the bias corrections are computed in float32
+    tensors there, in Python floats by Adam): checkpoints and a later eager ``step`` continue from it.
+    Call :func:`init_adam_state` once, outside the compiled region, before the first call.
+    """
+    expected = sum(len(group["params"]) for group in optimizer.param_groups)
+    if len(grads) != expected:
+        raise ValueError(f"adam_step_: expected {expected} gradients (one per parameter), got {len(grads)}")
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            params = list(group["params"])
+            group_grads, grads = grads[: len(params)], grads[len(params) :]
+            beta1, beta2 = group["betas"]
+            states = [optimizer.state[p] for p in params]
+            steps = [s["step"] for s in states]
+            exp_avgs = [s["exp_avg"] for s in states]
+            exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+            torch._foreach_add_(steps, 1.0)
+            step = steps[0]  # every parameter of a group steps together
+            torch._foreach_lerp_(exp_avgs, group_grads, 1.0 - beta1)
+            torch._foreach_mul_(exp_avg_sqs, beta2)
+            torch._foreach_addcmul_(exp_avg_sqs, group_grads, group_grads, 1.0 - beta2)
+            bias_correction1 = 1.0 - torch.pow(beta1, step)
+            bias_correction2_sqrt = (1.0 - torch.pow(beta2, step)).sqrt()
+            denom = torch._foreach_sqrt(exp_avg_sqs)
+            torch._foreach_div_(denom, bias_correction2_sqrt)
+            torch._foreach_add_(denom, group["eps"])
+            update = torch._foreach_div(exp_avgs, denom)
+            torch._foreach_mul_(update, -group["lr"] / bias_correction1)
+            torch._foreach_add_(params, update)
 
 
 def alpha_loss(
@@ -362,10 +422,12 @@ __all__ = [
     "CUDA_GRAPH_MODES",
     "OfflineCriticConfig",
     "OfflineLearner",
+    "adam_step_",
     "alpha_loss",
     "check_count",
     "check_exploration_noise",
     "compile_step",
+    "init_adam_state",
     "masked_mean",
     "surrogate_loss",
 ]

@@ -12,8 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch import nn
+from torch.func import functional_call, grad
 
-from robolearn.algos.common import compile_step
+from robolearn.algos.common import adam_step_, compile_step, init_adam_state
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer
@@ -23,6 +25,20 @@ from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
 from robolearn.nn.noise import ColoredNoise
 from robolearn.nn.policy import SquashedMean, deployable
 from robolearn.types import Batch, Obs, Transition
+
+
+class _Bound:
+    """``module`` called on ``params`` in place of its own (``torch.func.functional_call``): what a
+    loss function takes for a module when its gradient is taken with respect to ``params``.
+    """
+
+    def __init__(self, module: nn.Module, params: dict[str, torch.Tensor]) -> None:
+        """Bind ``params`` (parameter name -> tensor) to ``module``."""
+        self.module, self.params = module, params
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``module(*args, **kwargs)`` with the bound parameters."""
+        return functional_call(self.module, self.params, args, kwargs)
 
 
 class SAC:
@@ -214,8 +230,18 @@ class SAC:
         noise = torch.randn(shape, generator=self.generator, device=self.device, dtype=dtype) if update_actor else None
         step = self._gradient_step
         if cfg.compile:
+            # Adam's state exists before the graph reads it, also after a load_state_dict of a
+            # checkpoint taken before the first update (a few dict lookups: cheap outside the graph).
+            for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer):
+                init_adam_state(optimizer)
+                if self.device.type == "cuda" and self._compiled_step is None:
+                    # The step mutates these in place: as static addresses a CUDA graph updates
+                    # them where they live instead of copying them in and out on each replay.
+                    for state in optimizer.state.values():
+                        for value in state.values():
+                            torch._dynamo.mark_static_address(value)
             if self._compiled_step is None:
-                self._compiled_step = compile_step(self._gradient_step, cfg.compile_mode, self.device)
+                self._compiled_step = compile_step(self._whole_step, cfg.compile_mode, self.device, fullgraph=True)
             step = self._compiled_step
         return step(batch, subset, next_noise, noise)
 
@@ -266,6 +292,76 @@ class SAC:
                 al["loss_alpha"].backward()
                 self.alpha_optimizer.step()
                 out["loss_alpha"] = al["loss_alpha"].detach()
+
+        soft_update_(self.target_critic, self.critic, cfg.tau)
+        out["alpha"] = self.alpha
+        return out
+
+    def _whole_step(
+        self, batch: Batch, subset: torch.Tensor | None, next_noise: torch.Tensor, noise: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`_gradient_step` as one traceable program, the step ``cfg.compile`` compiles.
+
+        The same losses on the same modules, but each gradient comes from ``torch.func.grad`` of the
+        loss as a function of the parameters (the module called on them by ``functional_call``) and
+        Adam is applied to the optimisers' own state by :func:`adam_step_`. ``backward()`` and
+        ``Optimizer.step`` each end a compiled graph; without them ``torch.compile`` captures the
+        critic, actor, temperature and target updates whole (``fullgraph``), so the step runs as a
+        few generated kernels instead of ~1,000 eager operator calls (BENCHMARKS.md, "Session 27").
+        """
+        cfg = self.cfg
+        alpha = self.alpha
+        critic_names = [name for name, _ in self.critic.named_parameters()]
+
+        def critic_objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            losses = critic_loss(
+                _Bound(self.critic, params),  # type: ignore[arg-type]
+                self.target_critic,
+                self.actor,
+                batch,
+                alpha if cfg.backup_entropy else torch.zeros_like(alpha),
+                cfg.gamma,
+                self.actor_group,
+                self.critic_group,
+                subset,
+                noise=next_noise,
+            )
+            return losses["loss_critic"], {k: v.detach() for k, v in losses.items()}
+
+        critic_params = {name: p.detach() for name, p in self.critic.named_parameters()}
+        critic_grads, out = grad(critic_objective, has_aux=True)(critic_params)
+        adam_step_(self.critic_optimizer, [critic_grads[name] for name in critic_names])
+
+        if noise is not None:
+            actor_names = [name for name, _ in self.actor.named_parameters()]
+
+            def actor_objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                losses = actor_loss(
+                    _Bound(self.actor, params),  # type: ignore[arg-type]
+                    self.critic,
+                    batch,
+                    alpha,
+                    self.actor_group,
+                    self.critic_group,
+                    cfg.actor_q_reduction,
+                    noise=noise,
+                )
+                return losses["loss_actor"], {k: v.detach() for k, v in losses.items()}
+
+            actor_params = {name: p.detach() for name, p in self.actor.named_parameters()}
+            actor_grads, a_losses = grad(actor_objective, has_aux=True)(actor_params)
+            adam_step_(self.actor_optimizer, [actor_grads[name] for name in actor_names])
+            out["loss_actor"] = a_losses["loss_actor"]
+            out["entropy"] = a_losses["entropy"]
+            if cfg.autotune_alpha:
+                log_prob = a_losses["log_prob"]
+
+                def alpha_objective(log_alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                    loss = alpha_loss(log_alpha, log_prob, self.target_entropy)["loss_alpha"]
+                    return loss, loss.detach()
+
+                alpha_grad, out["loss_alpha"] = grad(alpha_objective, has_aux=True)(self.log_alpha.detach())
+                adam_step_(self.alpha_optimizer, [alpha_grad])
 
         soft_update_(self.target_critic, self.critic, cfg.tau)
         out["alpha"] = self.alpha

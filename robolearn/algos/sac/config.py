@@ -75,13 +75,16 @@ class SACConfig:
     episode; a world's sequence restarts when its episode ends). The slowest correlation lasts about
     this many steps."""
     compile: bool = False
-    """Run each gradient step (critic, actor, alpha, target lerp) under ``torch.compile``; the random
-    draws stay outside the graph, from the same generator in the same order. Numerics match the
-    eager step within float tolerance, not bit for bit; the first step pays the compile (tens of
-    seconds). See BENCHMARKS.md, "Compiled updates", for where it pays."""
+    """Run each gradient step (critic, actor, alpha, target lerp) under ``torch.compile`` as one
+    graph: the step is written with ``torch.func.grad`` and a traceable Adam on the optimisers' own
+    state (``SAC._whole_step``), so nothing breaks the graph. The random draws stay outside it, from
+    the same generator in the same order; numerics match the eager step within float tolerance, not
+    bit for bit. On this project's 2-core CPU the compiled step is ~2x faster with 256x256 networks
+    and ~5x with 64x64 (BENCHMARKS.md, "Session 27"); the first step pays the compile (about a
+    minute cold, seconds from inductor's cache)."""
     compile_mode: str = "default"
-    """``torch.compile`` mode when ``compile``: ``reduce-overhead`` also captures the step in CUDA
-    graphs on CUDA (one graph per critic-only and full step)."""
+    """``torch.compile`` mode when ``compile``: ``reduce-overhead`` also captures the step in a CUDA
+    graph on CUDA (one per step kind: critic-only and full)."""
 
     def __post_init__(self) -> None:
         """Validate ranges; a bad value names the field."""
