@@ -31,8 +31,10 @@ export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # python3-venv creates the venv. The rest are the GL libraries MuJoCo's offscreen renderer loads on
 # a machine without a display (robolearn/sim/render.py, GL_PACKAGES): EGL through libglvnd with
-# Mesa's drivers (llvmpipe where there is no GPU), and OSMesa as the software fallback.
-APT_PACKAGES=(python3 python3-venv libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6)
+# Mesa's drivers (llvmpipe where there is no GPU), and OSMesa as the software fallback. g++ is
+# the C++ compiler torch.compile's CPU kernels are built with (`algo.compile=true`, which the SAC
+# recipes set).
+APT_PACKAGES=(python3 python3-venv g++ libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri libopengl0 libosmesa6)
 # ROS 1 (Noetic's Python core as Debian packages it): the master, rospy, rosbag and the message
 # packages the bridges use (robolearn/sim2real/ros). They live in /usr/lib/python3/dist-packages;
 # install_ros1_path makes them importable from the venv (appended after its own packages, so the

@@ -283,6 +283,20 @@ def test_compile_settings_are_checked() -> None:
         SACConfig(compile=True, compile_mode="fast")
 
 
+def test_compile_without_a_cpp_compiler_is_refused_when_the_learner_is_built(monkeypatch) -> None:
+    # inductor writes CPU kernels in C++: without a compiler the first update (after the warm-up)
+    # would fail deep inside torch; the learner says so when it is built, naming the setting.
+    env = _env("Cartpole-Balance", num_envs=2)
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    with pytest.raises(ValueError, match=r"algo.compile=true: torch.compile on the CPU needs a C\+\+ compiler"):
+        small_sac(env, compile=True)
+    with pytest.raises(ValueError, match="or set algo.compile=false"):
+        small_ppo(env, compile=True)
+    small_sac(env, compile=False)  # eager needs none
+    monkeypatch.delenv("CXX")
+    small_sac(env, compile=True)  # g++ here: built (nothing compiles before the first update)
+
+
 def test_sac_draws_its_noise_before_the_step_in_the_eager_order() -> None:
     # The step's draws moved out of the losses (so a compiled step has no generator inside): the
     # stream must be consumed exactly as before, subset, then the next action's noise, then the

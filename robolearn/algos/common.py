@@ -9,6 +9,8 @@ share lives in ``robolearn/nn`` when it is a network and here when it is learner
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -283,6 +285,23 @@ CUDA_GRAPH_MODES: frozenset[str] = frozenset({"reduce-overhead", "max-autotune"}
 """``torch.compile`` modes that replay the compiled code as CUDA graphs on CUDA."""
 
 
+def check_compile_toolchain(device: torch.device | str, field: str = "algo.compile") -> None:
+    """Refuse ``torch.compile`` on the CPU where no C++ compiler is on the PATH (inductor writes its
+    CPU kernels in C++): said when the learner is built, not at its first update after a warm-up.
+    The compiler is ``$CXX`` if set, else the first of ``g++``, ``clang++``, ``c++`` found.
+    """
+    if torch.device(device).type != "cpu":
+        return
+    wanted = os.environ.get("CXX")
+    candidates = [wanted] if wanted else ["g++", "clang++", "c++"]
+    if not any(shutil.which(name) for name in candidates):
+        raise ValueError(
+            f"{field}=true: torch.compile on the CPU needs a C++ compiler, and none of "
+            f"{', '.join(candidates)} is on the PATH; install one (Debian: apt-get install g++; "
+            f"scripts/setup.sh does) or set {field}=false"
+        )
+
+
 def compile_step(
     fn: Callable[..., _Out], mode: str, device: torch.device, fullgraph: bool = False
 ) -> Callable[..., _Out]:
@@ -424,6 +443,7 @@ __all__ = [
     "OfflineLearner",
     "adam_step_",
     "alpha_loss",
+    "check_compile_toolchain",
     "check_count",
     "check_exploration_noise",
     "compile_step",

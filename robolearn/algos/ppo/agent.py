@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from robolearn.algos.common import compile_step
+from robolearn.algos.common import check_compile_toolchain, compile_step
 from robolearn.algos.ppo.config import PPOConfig
 from robolearn.algos.ppo.losses import adaptive_learning_rate, gaussian_kl, masked_mean, ppo_loss
 from robolearn.data.rollout import ChunkBatch, RolloutBatch, RolloutStorage
@@ -125,6 +125,8 @@ class PPO:
         # critic: Adam ~110 us fused against ~520 us per step; the update 1.22-1.53x faster over
         # four runs, 256-wide networks within about 10% either way: benchmarks/ppo_adam.py).
         # Not under torch.compile, which traces the default one.
+        if cfg.compile:
+            check_compile_toolchain(self.device)
         self.optimizer = torch.optim.Adam(
             self._trained, lr=self.learning_rate, capturable=self.device.type == "cuda",
             fused=True if self.device.type == "cpu" and not cfg.compile else None,

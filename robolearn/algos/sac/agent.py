@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad
 
-from robolearn.algos.common import adam_step_, compile_step, init_adam_state
+from robolearn.algos.common import adam_step_, check_compile_toolchain, compile_step, init_adam_state
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer
@@ -97,6 +97,8 @@ class SAC:
         self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
         # A compiled step on CUDA keeps Adam's step counters on the device (capturable), so the
         # graph neither reads them back nor needs them on the host; eager Adam keeps them on the host.
+        if cfg.compile:
+            check_compile_toolchain(self.device)
         capturable = cfg.compile and self.device.type == "cuda"
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, capturable=capturable)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, capturable=capturable)
