@@ -247,6 +247,28 @@ class SAC:
             step = self._compiled_step
         return step(batch, subset, next_noise, noise)
 
+    def _critic_losses(
+        self, critic: Any, batch: Batch, alpha: torch.Tensor, subset: torch.Tensor | None, next_noise: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """:func:`critic_loss` of ``critic`` (the ensemble, or it bound to other parameters) with this
+        learner's targets and settings; alpha enters the critic only through the target.
+        """
+        cfg = self.cfg
+        backup_alpha = alpha if cfg.backup_entropy else torch.zeros_like(alpha)
+        return critic_loss(
+            critic, self.target_critic, self.actor, batch, backup_alpha, cfg.gamma, self.actor_group,
+            self.critic_group, subset, noise=next_noise,
+        )
+
+    def _actor_losses(self, actor: Any, batch: Batch, alpha: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
+        """:func:`actor_loss` of ``actor`` (the module, or it bound to other parameters) against this
+        learner's critics.
+        """
+        return actor_loss(
+            actor, self.critic, batch, alpha, self.actor_group, self.critic_group, self.cfg.actor_q_reduction,
+            noise=noise,
+        )
+
     def _gradient_step(
         self, batch: Batch, subset: torch.Tensor | None, next_noise: torch.Tensor, noise: torch.Tensor | None
     ) -> dict[str, torch.Tensor]:
@@ -255,34 +277,14 @@ class SAC:
         """
         cfg = self.cfg
         alpha = self.alpha
-        losses = critic_loss(
-            self.critic,
-            self.target_critic,
-            self.actor,
-            batch,
-            alpha if cfg.backup_entropy else torch.zeros_like(alpha),  # alpha enters the critic only through the target
-            cfg.gamma,
-            self.actor_group,
-            self.critic_group,
-            subset,
-            noise=next_noise,
-        )
+        losses = self._critic_losses(self.critic, batch, alpha, subset, next_noise)
         self.critic_optimizer.zero_grad(set_to_none=True)
         losses["loss_critic"].backward()
         self.critic_optimizer.step()
         out = {k: v.detach() for k, v in losses.items()}
 
         if noise is not None:
-            a_losses = actor_loss(
-                self.actor,
-                self.critic,
-                batch,
-                alpha,
-                self.actor_group,
-                self.critic_group,
-                cfg.actor_q_reduction,
-                noise=noise,
-            )
+            a_losses = self._actor_losses(self.actor, batch, alpha, noise)
             self.actor_optimizer.zero_grad(set_to_none=True)
             a_losses["loss_actor"].backward()
             self.actor_optimizer.step()
@@ -316,18 +318,7 @@ class SAC:
         critic_names = [name for name, _ in self.critic.named_parameters()]
 
         def critic_objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            losses = critic_loss(
-                _Bound(self.critic, params),  # type: ignore[arg-type]
-                self.target_critic,
-                self.actor,
-                batch,
-                alpha if cfg.backup_entropy else torch.zeros_like(alpha),
-                cfg.gamma,
-                self.actor_group,
-                self.critic_group,
-                subset,
-                noise=next_noise,
-            )
+            losses = self._critic_losses(_Bound(self.critic, params), batch, alpha, subset, next_noise)
             return losses["loss_critic"], {k: v.detach() for k, v in losses.items()}
 
         critic_params = {name: p.detach() for name, p in self.critic.named_parameters()}
@@ -338,16 +329,7 @@ class SAC:
             actor_names = [name for name, _ in self.actor.named_parameters()]
 
             def actor_objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-                losses = actor_loss(
-                    _Bound(self.actor, params),  # type: ignore[arg-type]
-                    self.critic,
-                    batch,
-                    alpha,
-                    self.actor_group,
-                    self.critic_group,
-                    cfg.actor_q_reduction,
-                    noise=noise,
-                )
+                losses = self._actor_losses(_Bound(self.actor, params), batch, alpha, noise)
                 return losses["loss_actor"], {k: v.detach() for k, v in losses.items()}
 
             actor_params = {name: p.detach() for name, p in self.actor.named_parameters()}
