@@ -5,7 +5,8 @@ round by round (the ratio holds up better than the rates on a shared machine):
 
 * PPO: one ``update()`` (5 epochs x 4 minibatches, 256x256x256 ELU) on a HalfCheetah rollout of
   ``--envs`` worlds x 24 steps, the same rollout for both learners each round;
-* SAC: ``--sac-steps`` ``update()`` calls (batch 256, 256x256 ReLU, two critics) on a replay of
+* SAC: ``--sac-steps`` ``update()`` calls (batch 256, ``--sac-hidden`` ReLU, default 256x256, two
+  critics; compiled: the whole step as one graph) on a replay of
   random HalfCheetah-sized transitions.
 
 The first compiled call compiles (reported as ``compile_s``). ``--device cuda`` runs the same on
@@ -84,7 +85,8 @@ def bench_ppo(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
 def bench_sac(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Median eager and compiled times (s) of ``--sac-steps`` SAC updates, and the median ratio."""
     obs_dim, action_dim, n = 17, 6, 10_000
-    base = SACConfig(learning_starts=0, buffer_size=n)
+    hidden = tuple(int(h) for h in args.sac_hidden.split(","))
+    base = SACConfig(learning_starts=0, buffer_size=n, actor_hidden=hidden, critic_hidden=hidden)
     if args.tiny:
         base = SACConfig(learning_starts=0, buffer_size=n, batch_size=16, actor_hidden=(32,), critic_hidden=(32,))
     eager = SAC({"policy": obs_dim}, action_dim, base, device=device, seed=0)
@@ -141,6 +143,7 @@ def main() -> None:
     parser.add_argument("--backend", default="mujoco", help="simulation backend of the PPO rollout (warp on a GPU)")
     parser.add_argument("--ppo-steps", type=int, default=24, help="PPO rollout length")
     parser.add_argument("--sac-steps", type=int, default=50, help="SAC updates per round")
+    parser.add_argument("--sac-hidden", default="256,256", help="SAC actor and critic hidden widths")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tiny", action="store_true", help="small networks and rollouts (a smoke test)")
@@ -161,7 +164,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     labels = {
         "ppo": f"PPO update ({args.envs} worlds x {args.ppo_steps} steps, 5x4 minibatches, 256x3 ELU)",
-        "sac": f"SAC, {args.sac_steps} gradient steps (batch 256, 256x2 ReLU, 2 critics)",
+        "sac": f"SAC, {args.sac_steps} gradient steps (batch 256, {args.sac_hidden.replace(',', 'x')} ReLU, 2 critics)",
     }
     if args.tiny:
         labels = {
