@@ -50,11 +50,18 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> float:
 
 def bench_ppo(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """Median eager and compiled PPO update times (s) and the median per-round ratio."""
-    env = robolearn.make("HalfCheetah", args.envs, seed=0, device=str(device), backend=args.backend)
-    env.reset(seed=0)
+    task, envs = "HalfCheetah", args.envs
     cfg = PPOConfig(num_steps=args.ppo_steps) if not args.tiny else PPOConfig(
         num_steps=4, num_epochs=1, num_minibatches=2, actor_hidden=(32,), critic_hidden=(32,)
     )
+    if args.ppo_recipe:  # the recipe's own update: its task, worlds, rollout and learner settings
+        from robolearn.cli.commands import compose_config
+        from robolearn.cli.config import train_config_from_dict
+
+        recipe = train_config_from_dict(compose_config("train", [f"experiment={args.ppo_recipe}"]))
+        task, envs, cfg = recipe.task, recipe.num_envs, replace(recipe.algo, compile=False)
+    env = robolearn.make(task, envs, seed=0, device=str(device), backend=args.backend)
+    env.reset(seed=0)
     eager = PPO(env.obs_dims, env.action_dim, cfg, device=device)
     compiled = PPO(
         env.obs_dims, env.action_dim,
@@ -143,6 +150,7 @@ def main() -> None:
     parser.add_argument("--backend", default="mujoco", help="simulation backend of the PPO rollout (warp on a GPU)")
     parser.add_argument("--ppo-steps", type=int, default=24, help="PPO rollout length")
     parser.add_argument("--sac-steps", type=int, default=50, help="SAC updates per round")
+    parser.add_argument("--ppo-recipe", default=None, help="time this PPO experiment's update (e.g. hopper_ppo)")
     parser.add_argument("--sac-hidden", default="256,256", help="SAC actor and critic hidden widths")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
@@ -163,7 +171,8 @@ def main() -> None:
     print("| update | eager (ms) | compiled (ms) | eager / compiled | first two compiled calls (s) |")
     print("|---|---|---|---|---|")
     labels = {
-        "ppo": f"PPO update ({args.envs} worlds x {args.ppo_steps} steps, 5x4 minibatches, 256x3 ELU)",
+        "ppo": f"PPO update ({args.envs} worlds x {args.ppo_steps} steps, 5x4 minibatches, 256x3 ELU)"
+        if not args.ppo_recipe else f"PPO update of the {args.ppo_recipe} recipe",
         "sac": f"SAC, {args.sac_steps} gradient steps (batch 256, {args.sac_hidden.replace(',', 'x')} ReLU, 2 critics)",
     }
     if args.tiny:

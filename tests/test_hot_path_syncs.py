@@ -234,7 +234,8 @@ def _same_rollout(env: BatchedEnv, eager: PPO, compiled: PPO, obs: Mapping[str, 
 
 @pytest.mark.slow
 def test_a_compiled_ppo_update_matches_the_eager_one() -> None:
-    # Compiling takes tens of seconds on a loaded CPU (inductor's C++ kernels): slow-marked.
+    # Compiling takes tens of seconds on a loaded CPU (inductor's C++ kernels): slow-marked. The
+    # compiled step is the whole step (torch.func.grad, the clip and Adam on tensor lists).
     env = _env("Cartpole-Balance", num_envs=8)
     eager = small_ppo(env, num_steps=8, schedule="fixed")
     compiled = small_ppo(env, num_steps=8, schedule="fixed", compile=True)
@@ -252,6 +253,22 @@ def test_a_compiled_ppo_update_matches_the_eager_one() -> None:
     assert any(not torch.equal(p, q) for p, q in zip(eager._trained, compiled._trained, strict=True)), (
         "the compiled step is a different program (fused kernels): bitwise equality would mean it did not run"
     )
+
+
+@pytest.mark.slow
+def test_the_compiled_ppo_step_writes_the_adaptive_step_size() -> None:
+    # The adaptive schedule writes the step size inside the compiled step, before Adam reads it.
+    # Compared with the eager step it cannot be to the bit: the first minibatch's KL is ~0 (the
+    # rollout's own policy), and rsl_rl's rule raises the rate only for a KL > 0, so rounding
+    # decides. What must hold: the write reaches the agent's rate, which Adam then used.
+    env = _env("Cartpole-Balance", num_envs=8)
+    agent = small_ppo(env, num_steps=8, schedule="adaptive", compile=True, desired_kl=1e-9)
+    start = float(agent.learning_rate)
+    _, stats = ppo_iteration(env, agent, env.obs)
+    assert agent._compiled_step is not None
+    # A KL far above 2 x 1e-9 after the first steps: the rate went down, by 1.5 per minibatch.
+    assert float(agent.learning_rate) < start / 1.4 and float(stats["learning_rate"]) == float(agent.learning_rate)
+    assert agent.optimizer.param_groups[0]["lr"] is agent.learning_rate
 
 
 @pytest.mark.slow

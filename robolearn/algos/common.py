@@ -382,6 +382,33 @@ def adam_step_(optimizer: torch.optim.Adam, grads: list[torch.Tensor]) -> None:
             torch._foreach_add_(params, update)
 
 
+def clip_grad_norm_list_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """:func:`torch.nn.utils.clip_grad_norm_` on a list of gradient tensors (not ``.grad`` fields),
+    in place: scaled by ``min(1, max_norm / (norm + 1e-6))`` as torch's does, traceable by
+    ``torch.compile``. Returns the total 2-norm before clipping.
+    """
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), 2.0)
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
+class ParameterHolder(nn.Module):
+    """Holds a learner's modules under one root so :func:`torch.func.functional_call` can rebind all
+    their parameters around any function of them: ``functional_call(holder, params, (fn, *args))``
+    runs ``fn(*args)`` with the modules' parameters replaced by ``params`` (names as
+    ``holder.named_parameters()`` gives them). The modules stay the learner's own objects.
+    """
+
+    def __init__(self, modules: Mapping[str, nn.Module]) -> None:
+        """Hold ``modules`` (name -> module) in that order."""
+        super().__init__()
+        self.held = nn.ModuleDict(dict(modules))
+
+    def forward(self, fn: Callable[..., _Out], *args: Any) -> _Out:
+        """``fn(*args)``: with ``functional_call``, under the bound parameters."""
+        return fn(*args)
+
+
 def alpha_loss(
     log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float
 ) -> dict[str, torch.Tensor]:
@@ -441,10 +468,12 @@ __all__ = [
     "CUDA_GRAPH_MODES",
     "OfflineCriticConfig",
     "OfflineLearner",
+    "ParameterHolder",
     "adam_step_",
     "alpha_loss",
     "check_compile_toolchain",
     "check_count",
+    "clip_grad_norm_list_",
     "check_exploration_noise",
     "compile_step",
     "init_adam_state",

@@ -34,8 +34,16 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.func import functional_call, grad
 
-from robolearn.algos.common import check_compile_toolchain, compile_step
+from robolearn.algos.common import (
+    ParameterHolder,
+    adam_step_,
+    check_compile_toolchain,
+    clip_grad_norm_list_,
+    compile_step,
+    init_adam_state,
+)
 from robolearn.algos.ppo.config import PPOConfig
 from robolearn.algos.ppo.losses import adaptive_learning_rate, gaussian_kl, masked_mean, ppo_loss
 from robolearn.data.rollout import ChunkBatch, RolloutBatch, RolloutStorage
@@ -125,6 +133,17 @@ class PPO:
         # critic: Adam ~110 us fused against ~520 us per step; the update 1.22-1.53x faster over
         # four runs, 256-wide networks within about 10% either way: benchmarks/ppo_adam.py).
         # Not under torch.compile, which traces the default one.
+        # The modules of ``_trained`` under one root, in its order, for the compiled whole step.
+        held = {"actor": self.actor, "dist": self.dist, "critic": self.critic}
+        for name, extra in (
+            ("actor_encoder", self.actor_encoder), ("actor_memory", self.actor_memory), ("critic_memory", self.critic_memory)
+        ):
+            if extra is not None:
+                held[name] = extra
+        self._held = ParameterHolder(held)
+        self._held_names = [name for name, _ in self._held.named_parameters()]
+        if len(self._held_names) != len(self._trained):  # a parameter shared by two modules
+            raise RuntimeError("PPO: the trained modules share parameters; the compiled step cannot bind them")
         if cfg.compile:
             check_compile_toolchain(self.device)
         self.optimizer = torch.optim.Adam(
@@ -402,12 +421,24 @@ class PPO:
         )
         step = self._minibatch_step
         if cfg.compile:
+            # Data-parallel training averages gradients in backward hooks, which the whole step
+            # (no backward) would not run: it compiles the eager step, graph breaks and all.
+            whole = self.reduce_mean is None
+            if whole:
+                init_adam_state(self.optimizer)  # before the graph reads it (cheap outside it)
             if self._compiled_step is None:
                 # The adaptive step size is written inside the step, before Adam's part of it is
                 # traced (which marks its own tensors static). A write into a non-static input
                 # makes CUDA-graph trees skip the step's first graph; a fixed address avoids it.
                 torch._dynamo.mark_static_address(self.learning_rate)
-                self._compiled_step = compile_step(self._minibatch_step, cfg.compile_mode, self.device)
+                if whole and self.device.type == "cuda":
+                    for state in self.optimizer.state.values():
+                        for value in state.values():
+                            torch._dynamo.mark_static_address(value)
+                self._compiled_step = compile_step(
+                    self._whole_minibatch_step if whole else self._minibatch_step,
+                    cfg.compile_mode, self.device, fullgraph=whole,
+                )
             step = self._compiled_step
         for batch in batches:
             losses, kl, clip_fraction = step(batch)
@@ -427,7 +458,44 @@ class PPO:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         """One gradient step on a minibatch: forward, KL and adaptive learning rate, losses, backward,
         gradient clip, Adam. Returns the detached losses, the KL and the clip fraction. Free of host
-        syncs; with ``cfg.compile`` :meth:`update` runs it under ``torch.compile``.
+        syncs; with ``cfg.compile`` and data-parallel training :meth:`update` runs it under
+        ``torch.compile`` (otherwise :meth:`_whole_minibatch_step`).
+        """
+        total, (losses, kl, clip_fraction) = self._minibatch_losses(batch)
+        self._adapt_learning_rate(kl)
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        nn.utils.clip_grad_norm_(self._trained, self.cfg.max_grad_norm)
+        self.optimizer.step()
+        return losses, kl, clip_fraction
+
+    def _whole_minibatch_step(
+        self, batch: RolloutBatch | ChunkBatch
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """:meth:`_minibatch_step` as one traceable program, the step ``cfg.compile`` compiles: the
+        gradient by ``torch.func.grad`` of the loss as a function of the trained parameters (the
+        modules rebound by ``functional_call``), the clip and Adam on lists of tensors
+        (:func:`clip_grad_norm_list_`, :func:`adam_step_` on the optimiser's own state), so no
+        ``backward()`` or ``Optimizer.step`` breaks the graph. Same losses, order and state as the
+        eager step up to float rounding.
+        """
+
+        def objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+            return functional_call(self._held, params, (self._minibatch_losses, batch))
+
+        params = {name: p.detach() for name, p in zip(self._held_names, self._trained, strict=True)}
+        grads, (losses, kl, clip_fraction) = grad(objective, has_aux=True)(params)
+        self._adapt_learning_rate(kl)
+        flat = [grads[name] for name in self._held_names]
+        clip_grad_norm_list_(flat, self.cfg.max_grad_norm)
+        adam_step_(self.optimizer, flat)
+        return losses, kl, clip_fraction
+
+    def _minibatch_losses(
+        self, batch: RolloutBatch | ChunkBatch
+    ) -> tuple[torch.Tensor, tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
+        """The minibatch's total loss (with gradients) and, detached, its terms, the KL to the
+        rollout's policy (the mean over ranks in data-parallel training) and the clip fraction.
         """
         cfg = self.cfg
         mean, values = self._forward_batch(batch)
@@ -439,13 +507,6 @@ class PPO:
             if self.reduce_mean is not None:
                 # Data-parallel: every rank adapts its step size to the same (mean) KL.
                 kl = self.reduce_mean(kl)
-            if cfg.schedule == "adaptive":
-                self.learning_rate.copy_(
-                    adaptive_learning_rate(
-                        self.learning_rate, kl, cfg.desired_kl,
-                        min_lr=cfg.min_learning_rate, max_lr=cfg.max_learning_rate,
-                    )
-                )
             ratio = torch.exp(log_probs - batch.log_probs)
             clip_fraction = masked_mean(((ratio - 1.0).abs() > cfg.clip_param).float(), mask)
         losses = ppo_loss(
@@ -454,11 +515,19 @@ class PPO:
             mask=mask,
         )
         total = losses["loss_policy"] + losses["loss_value"] + losses["loss_entropy"]
-        self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        nn.utils.clip_grad_norm_(self._trained, cfg.max_grad_norm)
-        self.optimizer.step()
-        return {name: value.detach() for name, value in losses.items()}, kl, clip_fraction
+        return total, ({name: value.detach() for name, value in losses.items()}, kl.detach(), clip_fraction.detach())
+
+    def _adapt_learning_rate(self, kl: torch.Tensor) -> None:
+        """The adaptive schedule's step size for this minibatch, from its KL, before Adam's step."""
+        cfg = self.cfg
+        if cfg.schedule == "adaptive":
+            with torch.no_grad():
+                self.learning_rate.copy_(
+                    adaptive_learning_rate(
+                        self.learning_rate, kl, cfg.desired_kl,
+                        min_lr=cfg.min_learning_rate, max_lr=cfg.max_learning_rate,
+                    )
+                )
 
     def _forward_batch(self, batch: RolloutBatch | ChunkBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Policy means and values of a minibatch, with gradients: per sample, or for a chunk batch
