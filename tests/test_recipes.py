@@ -83,10 +83,11 @@ NOT_IN_A_TABLE: dict[str, str] = {
 TINY_WORLDS: dict[str, int] = {"ppo": 4, "sac": 2}
 """Training worlds of the shrunk runs: enough to exercise the batched paths, cheap to build (Humanoid)."""
 
-COMPILED_SAC_ENTRY = "cartpole_balance_sac"
-"""The one shrunk SAC run that keeps its recipe's ``algo.compile=true`` (the compiled whole step,
-through the runner). The others run eagerly: each recipe's graph would be compiled anew, ~40-60 s
-each on a loaded CPU; the compiled step's numerics are the slow test in ``test_hot_path_syncs``."""
+COMPILED_ENTRIES: frozenset[str] = frozenset({"cartpole_balance_sac", "cartpole_swingup_ppo"})
+"""The shrunk runs that keep their recipe's ``algo.compile=true`` (the compiled whole step, through
+the runner), one per learner. The other recipes that compile run eagerly here: each graph would be
+compiled anew, ~20-60 s each on a loaded CPU; the compiled steps' numerics are the slow tests in
+``test_hot_path_syncs``."""
 
 SAC_STEPS = 10
 """Control steps per world per iteration of a shrunk SAC run (the recipes' 250-1,000 would take seconds)."""
@@ -126,8 +127,8 @@ def _tiny_overrides(entry: Entry, run_dir: Path) -> list[str]:
             "algo.batch_size=16",
             f"total_env_steps={2 * worlds * SAC_STEPS}",
         ]
-        if entry.id != COMPILED_SAC_ENTRY:
-            out.append("algo.compile=false")
+    if entry.id not in COMPILED_ENTRIES:
+        out.append("algo.compile=false")
     return out
 
 
