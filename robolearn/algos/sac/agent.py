@@ -12,10 +12,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch import nn
 from torch.func import functional_call, grad
 
-from robolearn.algos.common import adam_step_, check_compile_toolchain, compile_step, init_adam_state
+from robolearn.algos.common import (
+    ParameterHolder,
+    adam_step_,
+    check_compile_toolchain,
+    compile_step,
+    init_adam_state,
+)
 from robolearn.algos.sac.config import SACConfig
 from robolearn.algos.sac.losses import actor_loss, alpha_loss, critic_loss
 from robolearn.data.replay import ReplayBuffer
@@ -25,20 +30,6 @@ from robolearn.nn.ensemble import CriticEnsemble, make_target, soft_update_
 from robolearn.nn.noise import ColoredNoise
 from robolearn.nn.policy import SquashedMean, deployable
 from robolearn.types import Batch, Obs, Transition
-
-
-class _Bound:
-    """``module`` called on ``params`` in place of its own (``torch.func.functional_call``): what a
-    loss function takes for a module when its gradient is taken with respect to ``params``.
-    """
-
-    def __init__(self, module: nn.Module, params: dict[str, torch.Tensor]) -> None:
-        """Bind ``params`` (parameter name -> tensor) to ``module``."""
-        self.module, self.params = module, params
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """``module(*args, **kwargs)`` with the bound parameters."""
-        return functional_call(self.module, self.params, args, kwargs)
 
 
 class SAC:
@@ -95,14 +86,16 @@ class SAC:
         self.target_critic = make_target(self.critic)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
-        # A compiled step on CUDA keeps Adam's step counters on the device (capturable), so the
-        # graph neither reads them back nor needs them on the host; eager Adam keeps them on the host.
         if cfg.compile:
             check_compile_toolchain(self.device)
+        # A compiled step on CUDA keeps Adam's step counters on the device (capturable), so the
+        # graph neither reads them back nor needs them on the host; eager Adam keeps them on the host.
         capturable = cfg.compile and self.device.type == "cuda"
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, capturable=capturable)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr, capturable=capturable)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, capturable=capturable)
+        # The actor and the critic each under a root whose parameters the compiled step rebinds.
+        self._held_actor, self._held_critic = ParameterHolder({"actor": self.actor}), ParameterHolder({"critic": self.critic})
         self.replay = ReplayBuffer(cfg.buffer_size, self.device)
         self.sampler: Sampler = ReplaySampler(self.replay, self.generator)
         """Where :meth:`update` draws its batches: this agent's replay by default; a
@@ -248,9 +241,10 @@ class SAC:
         return step(batch, subset, next_noise, noise)
 
     def _critic_losses(
-        self, critic: Any, batch: Batch, alpha: torch.Tensor, subset: torch.Tensor | None, next_noise: torch.Tensor
+        self, critic: CriticEnsemble, batch: Batch, alpha: torch.Tensor, subset: torch.Tensor | None,
+        next_noise: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
-        """:func:`critic_loss` of ``critic`` (the ensemble, or it bound to other parameters) with this
+        """:func:`critic_loss` of ``critic`` (the ensemble, its parameters possibly rebound) with this
         learner's targets and settings; alpha enters the critic only through the target.
         """
         cfg = self.cfg
@@ -260,8 +254,10 @@ class SAC:
             self.critic_group, subset, noise=next_noise,
         )
 
-    def _actor_losses(self, actor: Any, batch: Batch, alpha: torch.Tensor, noise: torch.Tensor) -> dict[str, torch.Tensor]:
-        """:func:`actor_loss` of ``actor`` (the module, or it bound to other parameters) against this
+    def _actor_losses(
+        self, actor: TanhGaussianActor, batch: Batch, alpha: torch.Tensor, noise: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """:func:`actor_loss` of ``actor`` (the module, its parameters possibly rebound) against this
         learner's critics.
         """
         return actor_loss(
@@ -307,7 +303,8 @@ class SAC:
         """:meth:`_gradient_step` as one traceable program, the step ``cfg.compile`` compiles.
 
         The same losses on the same modules, but each gradient comes from ``torch.func.grad`` of the
-        loss as a function of the parameters (the module called on them by ``functional_call``) and
+        loss as a function of the parameters (the module rebound to them by ``functional_call`` on
+        its :class:`ParameterHolder`) and
         Adam is applied to the optimisers' own state by :func:`adam_step_`. ``backward()`` and
         ``Optimizer.step`` each end a compiled graph; without them ``torch.compile`` captures the
         critic, actor, temperature and target updates whole (``fullgraph``), so the step runs as a
@@ -315,26 +312,25 @@ class SAC:
         """
         cfg = self.cfg
         alpha = self.alpha
-        critic_names = [name for name, _ in self.critic.named_parameters()]
 
         def critic_objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            losses = self._critic_losses(_Bound(self.critic, params), batch, alpha, subset, next_noise)
+            call = (self._critic_losses, self.critic, batch, alpha, subset, next_noise)
+            losses = functional_call(self._held_critic, params, call)
             return losses["loss_critic"], {k: v.detach() for k, v in losses.items()}
 
-        critic_params = {name: p.detach() for name, p in self.critic.named_parameters()}
+        critic_params = {name: p.detach() for name, p in self._held_critic.named_parameters()}
         critic_grads, out = grad(critic_objective, has_aux=True)(critic_params)
-        adam_step_(self.critic_optimizer, [critic_grads[name] for name in critic_names])
+        adam_step_(self.critic_optimizer, [critic_grads[name] for name in critic_params])
 
         if noise is not None:
-            actor_names = [name for name, _ in self.actor.named_parameters()]
 
             def actor_objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-                losses = self._actor_losses(_Bound(self.actor, params), batch, alpha, noise)
+                losses = functional_call(self._held_actor, params, (self._actor_losses, self.actor, batch, alpha, noise))
                 return losses["loss_actor"], {k: v.detach() for k, v in losses.items()}
 
-            actor_params = {name: p.detach() for name, p in self.actor.named_parameters()}
+            actor_params = {name: p.detach() for name, p in self._held_actor.named_parameters()}
             actor_grads, a_losses = grad(actor_objective, has_aux=True)(actor_params)
-            adam_step_(self.actor_optimizer, [actor_grads[name] for name in actor_names])
+            adam_step_(self.actor_optimizer, [actor_grads[name] for name in actor_params])
             out["loss_actor"] = a_losses["loss_actor"]
             out["entropy"] = a_losses["entropy"]
             if cfg.autotune_alpha:
