@@ -1,6 +1,8 @@
 """What the learners share that is not a network: the verbs of the offline learners and the config
-fields of their actor-critics, the entropy-temperature loss of SAC and CQL, and PPO's clipped surrogate (PPO and the distillation
-student's AACD mode).
+fields of their actor-critics; the entropy-temperature loss of SAC and CQL; PPO's clipped surrogate
+(PPO and the distillation student's AACD mode); and what PPO's and SAC's compiled whole steps are
+made of (:class:`ParameterHolder`, :func:`adam_step_`, :func:`clip_grad_norm_list_`, the compile
+helpers).
 
 ``robolearn/algos/<name>/`` packages never import one another (DESIGN.md); a block two of them
 share lives in ``robolearn/nn`` when it is a network and here when it is learner behaviour
