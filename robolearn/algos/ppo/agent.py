@@ -141,8 +141,7 @@ class PPO:
             if extra is not None:
                 held[name] = extra
         self._held = ParameterHolder(held)
-        self._held_names = [name for name, _ in self._held.named_parameters()]
-        if len(self._held_names) != len(self._trained):  # a parameter shared by two modules
+        if len(list(self._held.parameters())) != len(self._trained):  # a parameter shared by two modules
             raise RuntimeError("PPO: the trained modules share parameters; the compiled step cannot bind them")
         if cfg.compile:
             check_compile_toolchain(self.device)
@@ -483,10 +482,10 @@ class PPO:
         def objective(params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
             return functional_call(self._held, params, (self._minibatch_losses, batch))
 
-        params = {name: p.detach() for name, p in zip(self._held_names, self._trained, strict=True)}
+        params = {name: p.detach() for name, p in self._held.named_parameters()}  # in _trained's order
         grads, (losses, kl, clip_fraction) = grad(objective, has_aux=True)(params)
         self._adapt_learning_rate(kl)
-        flat = [grads[name] for name in self._held_names]
+        flat = [grads[name] for name in params]
         clip_grad_norm_list_(flat, self.cfg.max_grad_norm)
         adam_step_(self.optimizer, flat)
         return losses, kl, clip_fraction
