@@ -327,10 +327,14 @@ def compile_step(
     return step
 
 
-def init_adam_state(optimizer: torch.optim.Adam) -> None:
+def init_adam_state(optimizer: torch.optim.Adam, mark_static: bool = False) -> None:
     """Create the state :meth:`torch.optim.Adam.step` would create lazily (``step``, ``exp_avg``,
     ``exp_avg_sq`` per parameter, in the same places and dtypes) for every parameter that has none,
     so :func:`adam_step_` can update it and the optimiser's ``state_dict`` keeps its format.
+
+    ``mark_static`` (for a CUDA-graph step about to be compiled) marks every state tensor a static
+    address: the step mutates them in place, and a CUDA graph then updates them where they live
+    instead of copying them in and out on each replay.
     """
     for group in optimizer.param_groups:
         if group["amsgrad"] or group["weight_decay"] or group["maximize"]:
@@ -346,6 +350,9 @@ def init_adam_state(optimizer: torch.optim.Adam) -> None:
                 )
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            if mark_static:
+                for value in state.values():
+                    torch._dynamo.mark_static_address(value)
 
 
 def adam_step_(optimizer: torch.optim.Adam, grads: list[torch.Tensor]) -> None:

@@ -423,17 +423,13 @@ class PPO:
             # Data-parallel training averages gradients in backward hooks, which the whole step
             # (no backward) would not run: it compiles the eager step, graph breaks and all.
             whole = self.reduce_mean is None
-            if whole:
-                init_adam_state(self.optimizer)  # before the graph reads it (cheap outside it)
+            if whole:  # Adam's state before the graph reads it (cheap outside it)
+                init_adam_state(self.optimizer, mark_static=self.device.type == "cuda" and self._compiled_step is None)
             if self._compiled_step is None:
                 # The adaptive step size is written inside the step, before Adam's part of it is
                 # traced (which marks its own tensors static). A write into a non-static input
                 # makes CUDA-graph trees skip the step's first graph; a fixed address avoids it.
                 torch._dynamo.mark_static_address(self.learning_rate)
-                if whole and self.device.type == "cuda":
-                    for state in self.optimizer.state.values():
-                        for value in state.values():
-                            torch._dynamo.mark_static_address(value)
                 self._compiled_step = compile_step(
                     self._whole_minibatch_step if whole else self._minibatch_step,
                     cfg.compile_mode, self.device, fullgraph=whole,

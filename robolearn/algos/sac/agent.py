@@ -228,13 +228,7 @@ class SAC:
             # Adam's state exists before the graph reads it, also after a load_state_dict of a
             # checkpoint taken before the first update (a few dict lookups: cheap outside the graph).
             for optimizer in (self.critic_optimizer, self.actor_optimizer, self.alpha_optimizer):
-                init_adam_state(optimizer)
-                if self.device.type == "cuda" and self._compiled_step is None:
-                    # The step mutates these in place: as static addresses a CUDA graph updates
-                    # them where they live instead of copying them in and out on each replay.
-                    for state in optimizer.state.values():
-                        for value in state.values():
-                            torch._dynamo.mark_static_address(value)
+                init_adam_state(optimizer, mark_static=self.device.type == "cuda" and self._compiled_step is None)
             if self._compiled_step is None:
                 self._compiled_step = compile_step(self._whole_step, cfg.compile_mode, self.device, fullgraph=True)
             step = self._compiled_step
