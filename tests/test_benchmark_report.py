@@ -500,3 +500,28 @@ def test_an_entry_whose_runs_ran_on_two_cpus_says_so_one_cpu_does_not(out: Path,
     text = write_report(TABLE, copy, tmp_path / "three" / "RESULTS.md", tmp_path / "three" / "fig", reps=REPS).read_text()
     assert row(text, "alpha_ppo", "robolearn")[8] == "met"
     assert "more than one machine" not in text
+
+
+def test_why_sets_the_final_return_beside_the_late_and_best_evaluations(tmp_path: Path) -> None:
+    """A final IQM below SB3's reads as a plateau or a swing: the page gives each library's IQM of the
+    last evaluation, of each seed's mean over the last quarter of its budget, and of each seed's best."""
+    out = tmp_path / "out"
+    runs = {  # lib -> seed -> returns at 1000..4000 env steps; the last quarter is 3000 and 4000
+        "robolearn": {0: [100, 600, 500, 200], 1: [100, 300, 700, 400], 2: [50, 200, 300, 300],
+                      3: [0, 900, 100, 100]},
+        "sb3_default": {0: [100, 200, 300, 350], 1: [100, 200, 300, 360], 2: [100, 200, 300, 370],
+                        3: [100, 200, 300, 380]},
+    }
+    for lib, seeds in runs.items():
+        for seed, returns in seeds.items():
+            write_run(out / "alpha_ppo" / lib / f"seed{seed}", lib, seed, 0.01, returns)
+    entry = {**TABLE["entries"][0], "sb3": {"n_envs": 1, "default": {}, "zoo": None}, "zoo_reference": None}
+    table = {**TABLE, "seeds": [0, 1, 2, 3], "entries": [entry]}
+    text = write_report(table, out, tmp_path / "R.md", tmp_path / "fig", reps=REPS).read_text()
+    # Four seeds: the IQM drops the lowest and the highest and averages the middle two.
+    # robolearn finals 200 / 400 / 300 / 100 -> (200 + 300) / 2 = 250; late means 350 / 550 / 300 / 100
+    # -> (300 + 350) / 2 = 325; bests 600 / 700 / 300 / 900 -> (600 + 700) / 2 = 650.
+    # sb3_default finals 350..380 -> 365; late means 325 / 330 / 335 / 340 -> 332.5; bests = finals -> 365.
+    assert ("- final return, IQM over seeds of the last evaluation / the mean of each seed's evaluations in the "
+            "last quarter of its budget / each seed's best evaluation: robolearn 250.0 / 325.0 / 650.0; "
+            "sb3_default 365.0 / 332.5 / 365.0\n") in text

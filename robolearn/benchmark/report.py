@@ -31,7 +31,9 @@ What the page reports per entry and library:
   training seconds per env step over robolearn's (exactly their product), and each library's
   training seconds per env step in the second half of its runs split into collection and updates,
   from their ``time/update_s`` column or, for runs that predate it, from the runs of a
-  ``robolearn benchmark profile`` folder (the profile, :func:`_why`).
+  ``robolearn benchmark profile`` folder (the profile, :func:`_why`); and each library's final IQM
+  beside the IQM of each seed's mean evaluation over the last quarter of its budget and of its best
+  evaluation, which tells a lower plateau from a last evaluation caught in a swing.
 
 Nothing of the report depends on the clock: the same run directories and repository give
 byte-identical markdown.
@@ -383,7 +385,8 @@ def _why(
     both. Then each library's training seconds per env step in the second half of its runs (past any
     warm-up), split into collection (acting, physics, storing) and updates: the profile, from the
     table's runs where they recorded ``time/update_s``, else from ``profiled`` (lib -> the splits of
-    its ``benchmark profile`` runs).
+    its ``benchmark profile`` runs). Between the two, each library's final IQM beside its late and
+    best evaluations (:func:`_final_breakdown`), which is what a final-return verdict rests on.
     """
     lines: list[str] = []
     sb3 = [r for r in results if r.lib.startswith("sb3") and r.runs]
@@ -401,6 +404,12 @@ def _why(
                 f"x {other_us / mine_us:.2f}x the training seconds per env step "
                 f"({_us(other_us)} vs {_us(mine_us)})"
             )
+    finals = [f"{r.lib} {' / '.join(_ret(v) for v in _final_breakdown(r.runs))}" for r in results if r.runs]
+    if ours is not None and ours.runs and sb3:
+        lines.append(
+            "final return, IQM over seeds of the last evaluation / the mean of each seed's evaluations in the "
+            "last quarter of its budget / each seed's best evaluation: " + "; ".join(finals)
+        )
     parts = []
     for result in results:
         splits = [run.split for run in result.runs if run.split is not None]
@@ -416,6 +425,22 @@ def _why(
     if parts:
         lines.append("training seconds per env step, second half of each run, median over seeds: " + "; ".join(parts))
     return lines
+
+
+LATE_SHARE = 0.25
+"""The last part of a run's budget whose evaluations the page averages (the final return's context)."""
+
+
+def _final_breakdown(runs: Sequence[RunResult]) -> tuple[float, float, float]:
+    """IQM over seeds of the final evaluation, of the mean of the evaluations in the last quarter of
+    each run (env steps at or past ``1 - LATE_SHARE`` of its last), and of each run's best evaluation.
+
+    The target compares the first; the other two say whether a final below SB3's is a lower plateau
+    (all three low) or a last evaluation caught in a swing (the late mean and the best well above it).
+    """
+    late = [float(run.returns[run.steps >= (1.0 - LATE_SHARE) * run.steps[-1]].mean()) for run in runs]
+    columns = np.array([[run.returns[-1] for run in runs], late, [run.returns.max() for run in runs]]).T
+    return tuple(float(v) for v in iqm(columns))  # type: ignore[return-value]
 
 
 def _profiled(profile: Path, entry: str) -> dict[str, list[tuple[float, float, float]]]:
@@ -828,7 +853,9 @@ def write_report(
         "return against env steps and against training seconds; in seconds, a run that finished "
         "holds its final return until the slowest seed of its library finishes. Why (under each entry): "
         "each time ratio is exactly SB3's env steps to the threshold over robolearn's times SB3's training "
-        "seconds per env step there over robolearn's; then each library's seconds per env step in the "
+        "seconds per env step there over robolearn's; then each library's final IQM beside the IQM of each "
+        "seed's mean evaluation over the last quarter of its budget and of its best evaluation (a lower "
+        "plateau, or a last evaluation caught in a swing); then each library's seconds per env step in the "
         "second half of its runs, collecting (acting, physics, storing) and updating, from the runs' "
         "`time/update_s`, or marked \"(profile run)\" from `robolearn benchmark profile` runs (seed 0, a "
         "part of the budget) where the table's runs predate that column.",
@@ -896,7 +923,8 @@ def write_report(
         profiled = _profiled(Path(profile), str(entry["id"])) if profile is not None else None
         why = _why(next((r for r in results if r.lib == ROBOLEARN), None), results, profiled)
         if why:
-            lines += ["", "Why (the time ratios taken apart; the profile of the training seconds):", ""]
+            lines += ["", "Why (the time ratios taken apart; the final return beside each seed's late and best "
+                      "evaluations; the profile of the training seconds):", ""]
             lines += [f"- {line}" for line in why]
 
     write_files(fig_dir, figures)
