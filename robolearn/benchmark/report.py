@@ -404,8 +404,8 @@ def _why(
                 f"x {other_us / mine_us:.2f}x the training seconds per env step "
                 f"({_us(other_us)} vs {_us(mine_us)})"
             )
-    finals = [f"{r.lib} {' / '.join(_ret(v) for v in _final_breakdown(r.runs))}" for r in results if r.runs]
     if ours is not None and ours.runs and sb3:
+        finals = [f"{r.lib} {' / '.join(_ret(v) for v in _final_breakdown(r.runs))}" for r in results if r.runs]
         lines.append(
             "final return, IQM over seeds of the last evaluation / the mean of each seed's evaluations in the "
             "last quarter of its budget / each seed's best evaluation: " + "; ".join(finals)
