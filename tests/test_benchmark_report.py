@@ -477,6 +477,7 @@ def test_an_entry_whose_runs_ran_on_two_cpus_says_so_one_cpu_does_not(out: Path,
     text = write_report(TABLE, copy, tmp_path / "one" / "RESULTS.md", tmp_path / "one" / "fig", reps=REPS).read_text()
     assert row(text, "alpha_ppo", "robolearn")[8] == "met"
     assert "more than one machine" not in text
+    assert "ran on AMD EPYC" not in text  # the page has one CPU: the header names it, the entry need not
     # Where SB3 trained: it sets SB3's seconds per env step (benchmarks/sb3_env_overhead.py).
     assert "- sb3_default: SB3's defaults with {}, 1 env(s) of Gymnasium's Hopper-v5" in text
     assert "- sb3_zoo: zoo ppo.yml Hopper-v3, 1 env(s) of Gymnasium's Hopper-v5" in text
@@ -499,6 +500,16 @@ def test_an_entry_whose_runs_ran_on_two_cpus_says_so_one_cpu_does_not(out: Path,
     (copy / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = write_report(TABLE, copy, tmp_path / "three" / "RESULTS.md", tmp_path / "three" / "fig", reps=REPS).read_text()
     assert row(text, "alpha_ppo", "robolearn")[8] == "met"
+    assert "more than one machine" not in text
+    # beta_sac's runs ran on the Xeon: the page spans two CPUs, so each entry names its own.
+    rows += [{"entry": "beta_sac", "lib": lib, "seed": s, "returncode": 0, "state": "fresh",
+              "machine": {"cpu": "Intel Xeon", "logical_cores": 16, "platform": "Linux-6.1-x86_64"}}
+             for lib, (_, seeds) in RUNS["beta_sac"].items() for s in seeds]
+    (copy / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = write_report(TABLE, copy, tmp_path / "four" / "RESULTS.md", tmp_path / "four" / "fig", reps=REPS).read_text()
+    alpha, beta = text.split("\n## alpha_ppo\n")[1].split("\n## beta_sac\n")
+    assert "- ran on AMD EPYC, 2 logical cores: all its runs" in alpha and "Intel Xeon" not in alpha
+    assert "- ran on Intel Xeon, 16 logical cores: all its runs" in beta and "AMD EPYC" not in beta
     assert "more than one machine" not in text
 
 

@@ -689,7 +689,8 @@ def _header(table: Mapping[str, Any], out: Path, configs: Sequence[Mapping[str, 
         # The reader needs what a number measures before the numbers: how returns and seconds were taken.
         "- Protocol: every (entry, library, seed) is one run with one torch thread and one MuJoCo thread, "
         "interleaved (seed-major, the libraries' order rotated by seed), an entry's runs on one machine "
-        "(an entry whose runs ran on more than one says so, and its verdict carries it). "
+        "(an entry whose runs ran on more than one says so, and its verdict carries it; where the page's "
+        "runs used more than one CPU, each entry names its own). "
         "Returns are undiscounted episode returns in the task's reward units: the deterministic policy's "
         f"mean over {table.get('eval_episodes', '?')} evaluation worlds, one episode each (robolearn at its "
         "recipe's evaluation cadence, SB3 every entry's `eval_every` env steps with its VecNormalize "
@@ -865,6 +866,7 @@ def write_report(
         "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     machines = {str(entry["id"]): _machines_of(str(entry["id"]), results, hardware) for entry, results in per_entry}
+    page_machines = {m for ran_on in machines.values() for m in ran_on}
     for entry, results in per_entry:
         ours = next((r for r in results if r.lib == ROBOLEARN), None)
         for result in results:
@@ -915,6 +917,10 @@ def write_report(
                          f"{int(ref.get('env_steps') or 0):,} env steps: {_md(str(ref.get('source', 'source not stated')))}")
         facts += [f"{r.lib} {note}" for r in results for note in r.notes]
         ran_on = machines[str(entry["id"])]
+        if len(ran_on) == 1 and len(page_machines) > 1:
+            # The header lists every CPU the page's runs used; the reader needs to know which one
+            # this entry's seconds come from, to compare them with another entry's.
+            facts.append(f"ran on {_md(next(iter(ran_on)))}: all its runs")
         if len(ran_on) > 1:
             facts.append("ran on more than one machine, so its seconds compare machines as well as libraries: "
                          + "; ".join(f"{_md(m)}: {', '.join(runs)}" for m, runs in sorted(ran_on.items())))
