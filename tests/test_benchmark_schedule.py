@@ -476,12 +476,17 @@ def test_cli_dry_run_lists_states_and_bad_settings_exit_2(
     assert lines[1].split()[:4] == ["cartpole_sac", "robolearn", "0", "fresh"]
     assert lines[-1] == "4 runs: 1 done, 0 resume, 3 fresh"
     assert not (out / "cartpole_sac" / "robolearn").exists()  # a dry run writes nothing
+    # Hydra's list form selects the same runs as the comma form.
+    assert benchmark_main(["run", "table=smoke", f"out={out}", "dry_run=true", "entries=[cartpole_sac]",
+                           "seeds=[0, 1]"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == lines[1:]
 
     for argv, message in [
         (["run", "table=smoke", f"out={out}", "job=2"], "job: unknown setting (did you mean jobs?)"),
         (["run", "table=smoke", f"out={out}", "jobs=0"], "jobs=0: expected an integer >= 1"),
         (["run", f"out={out}"], "missing table="),
         (["run", "table=smoke", f"out={out}", "seeds=0,x"], "seeds='x': expected an integer >= 0"),
+        (["run", "table=smoke", f"out={out}", "entries=[]"], "entries='[]': expected comma-separated values"),
         (["run", "table=nope", f"out={out}"], "table=nope: expected the name of a table"),
         (["report", f"out={tmp_path / 'empty'}"], "no table.json"),
         (["bench"], "unknown subcommand 'bench'"),

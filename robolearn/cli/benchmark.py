@@ -448,8 +448,13 @@ def _required(settings: dict[str, str], key: str, command: str) -> str:
 
 
 def _items(settings: dict[str, str], key: str) -> list[str]:
-    """A comma-separated setting as its non-empty items."""
-    items = [s.strip() for s in settings[key].split(",") if s.strip()]
+    """A comma-separated setting as its non-empty items; Hydra's list form ``[a,b]`` reads the same,
+    since ``train`` takes lists that way and a user types them so here too.
+    """
+    text = settings[key].strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    items = [s.strip() for s in text.split(",") if s.strip()]
     if not items:
         raise UsageError(f"{key}={settings[key]!r}: expected comma-separated values ({RUN_KEYS[key]})")
     return items
