@@ -23,7 +23,7 @@ level (yaw 0) is <= 5 degrees, both read from the observation each step returns 
 ``--success-fraction`` (default 0.95, i.e. 61 of 64) of the worlds succeed.
 
 Tracking (``--track-seconds`` > 0): the same recipe with ``quadrotor_track.yaml``'s wider initial
-action noise (``TRACK_INIT_STD``) trains ``Quadrotor-Track`` for that many seconds per seed; the
+action noise (read from that file) trains ``Quadrotor-Track`` for that many seconds per seed; the
 tracking error is the mean distance to the figure-eight reference over the second lap (6-12 s) of
 64 evaluation worlds.
 
@@ -49,6 +49,7 @@ import torch
 
 import robolearn
 from robolearn.algos.ppo import PPO, PPOConfig
+from robolearn.benchmark.table import read_recipe
 from robolearn.tasks.aerial.quadrotor import HISTORY_LENGTH
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,11 +62,6 @@ EVAL_SEED_OFFSET = 10_000
 def _log(msg: str) -> None:
     """Progress to stderr (the tables go to stdout)."""
     print(msg, file=sys.stderr, flush=True)
-
-
-TRACK_INIT_STD = 0.5
-"""Quadrotor-Track's initial action std (``quadrotor_track.yaml``; the hover recipe's 0.2 learned the
-figure-eight more slowly in session 32's screen, BENCHMARKS.md)."""
 
 
 @dataclass
@@ -258,10 +254,13 @@ def main() -> None:
         _log(f"Quadrotor-Hover seed {seed}")
         hover.append(train_hover(recipe, seed, args))
     track = []
+    # Track's recipe is the hover one with a wider initial action noise; read from its file, so
+    # that this script and `robolearn train experiment=quadrotor_track` cannot drift apart.
+    track_recipe = replace(recipe, init_std=float(read_recipe("quadrotor_track")["algo"]["init_noise_std"]))
     if args.track_seconds > 0:
         for seed in args.seeds:
             _log(f"Quadrotor-Track seed {seed}")
-            track.append(train_track(replace(recipe, init_std=TRACK_INIT_STD), seed, args))
+            track.append(train_track(track_recipe, seed, args))
     load_after = os.getloadavg()[0]
 
     print(f"\nQuadrotor-Hover: training seconds to >= {args.success_fraction:.0%} of 64 worlds within 5 cm and 5 deg "
@@ -288,7 +287,7 @@ def main() -> None:
     print(f"\nload average (1 min) before {load_before:.2f}, after {load_after:.2f}")
     out = {
         "recipe": asdict(recipe),
-        "track_init_std": TRACK_INIT_STD,
+        "track_init_std": track_recipe.init_std,
         "args": vars(args),
         "hover": hover,
         "track": track,
